@@ -1,0 +1,105 @@
+// Host-side helpers for the launchers (torch types allowed here, never in kernels): argument checks
+// whose messages name the op, the argument and the shapes, and row collapsing for [..., H] tensors.
+// The Python fakes/CPU kernels (qwen38_kernels/_checks.py) use the same wording.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+
+#include <sstream>
+#include <string>
+
+namespace qwen38 {
+
+inline std::string shape_str(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << s;
+  return o.str();
+}
+
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kHalf: return "torch.float16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kByte: return "torch.uint8";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
+    default: return c10::toString(t);
+  }
+}
+
+// A bf16/fp16 activation on a CUDA device with a contiguous last dimension.
+inline void check_activation(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf, "qwen38.", op,
+                    ": ", name, " must be bfloat16 or float16, got ", dtype_name(t.scalar_type()),
+                    " (shape ", shape_str(t.sizes()), ")");
+  TORCH_CHECK_VALUE(t.dim() >= 1, "qwen38.", op, ": ", name,
+                    " must have at least one dimension, got a 0-d tensor");
+  TORCH_CHECK_VALUE(t.numel() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1, "qwen38.", op, ": ", name,
+                    " must be contiguous in its last dimension, got strides ", shape_str(t.strides()),
+                    " for shape ", shape_str(t.sizes()));
+}
+
+inline void check_same_device(const char* op, const char* name, const at::Tensor& t,
+                              const char* like_name, const at::Tensor& like) {
+  TORCH_CHECK_VALUE(t.device() == like.device(), "qwen38.", op, ": ", name, " is on ", t.device(),
+                    " but ", like_name, " is on ", like.device());
+}
+
+inline void check_cuda(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.is_cuda(), "qwen38.", op, ": ", name, " is on ", t.device(),
+                    " but the op runs on CUDA: move every tensor argument to one CUDA device");
+}
+
+// Same dtype, shape and device as `like`.
+inline void check_like(const char* op, const char* name, const at::Tensor& t, const char* like_name,
+                       const at::Tensor& like) {
+  check_activation(op, name, t);
+  TORCH_CHECK_VALUE(t.scalar_type() == like.scalar_type(), "qwen38.", op, ": ", name, " must have ",
+                    like_name, "'s dtype ", dtype_name(like.scalar_type()), ", got ",
+                    dtype_name(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.sizes() == like.sizes(), "qwen38.", op, ": ", name, " must have ", like_name,
+                    "'s shape ", shape_str(like.sizes()), ", got ", shape_str(t.sizes()));
+  check_same_device(op, name, t, like_name, like);
+}
+
+// Views t [..., H] as rows of H elements with one row stride, without a copy. Leading dims of size
+// 1 are ignored; the others must nest (stride[d] == stride[d+1] * size[d+1]), which holds for
+// contiguous tensors and for slices of the last dimension such as q[..., :256] of [M, 24, 512].
+inline int64_t row_stride(const char* op, const char* name, const at::Tensor& t) {
+  const int64_t nd = t.dim();
+  int64_t base = t.size(-1), span = 1;
+  bool first = true;
+  for (int64_t d = nd - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (first) {
+      base = t.stride(d);
+      first = false;
+    } else {
+      TORCH_CHECK_VALUE(t.stride(d) == base * span, "qwen38.", op, ": ", name,
+                        "'s leading dimensions must collapse into rows of one stride (a contiguous "
+                        "tensor, or a slice of its last dimension); got shape ",
+                        shape_str(t.sizes()), " with strides ", shape_str(t.strides()));
+    }
+    span *= t.size(d);
+  }
+  return base;
+}
+
+inline void check_launch(const char* op, cudaError_t err, const at::Tensor& on) {
+  if (err == cudaSuccess) return;
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, on.device().index());
+    TORCH_CHECK(false, "qwen38.", op, ": this build of qwen38_kernels has no kernel for ", prop.name,
+                " (sm_", prop.major, prop.minor, "); rebuild with TORCH_CUDA_ARCH_LIST including ",
+                prop.major, ".", prop.minor, "a (see README: building for another architecture)");
+  }
+  TORCH_CHECK(false, "qwen38.", op, ": kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace qwen38

@@ -1,0 +1,141 @@
+"""The per-op checks behind ``qwen38_kernels.check()`` and ``python -m qwen38_kernels``.
+
+Each check compares an op with its reference on random data at the Qwen3.8-27B shapes and returns
+a ``CheckResult``. GPU checks run the CUDA kernel against the float64 evaluation of the reference
+(rounded at the reference's rounding points) and test row invariance; CPU checks run the CPU path
+(the float32 reference) against the same float64 evaluation. Later op families add their checks
+here with ``@register``.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import reference as ref
+from .testing import ulp_diff
+
+
+@dataclass
+class CheckResult:
+    name: str
+    device: str
+    ok: bool
+    detail: str
+    max_ulp: float | None = None
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+# (name, device, fn): device "cuda" checks run only with a GPU, "cpu" checks everywhere
+CHECKS: list[tuple[str, str, Callable[[], CheckResult]]] = []
+
+
+def register(name: str, device: str):
+    def deco(fn):
+        CHECKS.append((name, device, fn))
+        return fn
+    return deco
+
+
+def run_all(devices: tuple[str, ...]) -> list[CheckResult]:
+    results = []
+    for name, dev, fn in CHECKS:
+        if dev not in devices:
+            continue
+        t0 = time.perf_counter()
+        try:
+            r = fn()
+        except Exception as e:  # a crash is a FAIL with its reason, not the end of the report
+            r = CheckResult(name, dev, False, f"raised {type(e).__name__}: {e}",
+                            extra={"traceback": traceback.format_exc()})
+        r.seconds = time.perf_counter() - t0
+        results.append(r)
+    return results
+
+
+# ---- norm family --------------------------------------------------------------------------------
+_gen = torch.Generator().manual_seed(20261129)
+
+
+def _randn(*shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, generator=_gen) * scale).to(dtype)
+
+
+def _norm_cases():
+    """(name, fn_name, args on CPU) at the model's shapes: layer norms, q/k norms, the GDN norm."""
+    cases = []
+    for m in (1, 32):
+        x = _randn(m, 5120, scale=3.0)
+        w = _randn(5120, scale=0.1)
+        cases.append((f"rms_norm {m}x5120 zc", "rms_norm", (x, w, 1e-6, True)))
+        cases.append((f"add_rms_norm {m}x5120", "add_rms_norm", (x, _randn(m, 5120), w, 1e-6, True)))
+        q = _randn(m, 24, 256)
+        cases.append((f"rms_norm {m}x24x256 (q_norm)", "rms_norm", (q, _randn(256, scale=0.1), 1e-6, True)))
+        o = _randn(m, 48, 128)
+        cases.append((f"rms_norm_gated {m}x48x128", "rms_norm_gated",
+                      (o, _randn(m, 48, 128, scale=2.0), 1.0 + _randn(128, scale=0.1), 1e-6)))
+        cases.append((f"rms_norm_gated {m}x48x128 w=fp32", "rms_norm_gated",
+                      (o, _randn(m, 48, 128), _randn(128, dtype=torch.float32), 1e-6)))
+    return cases
+
+
+def _first(out):
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _max_ulp(outs, exact) -> int:
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    exact = exact if isinstance(exact, tuple) else (exact,)
+    return max(int(ulp_diff(a.cpu(), b.cpu()).max()) for a, b in zip(outs, exact))
+
+
+def _norm_check(device: str) -> CheckResult:
+    worst, lines, ok = 0, [], True
+    cases = _norm_cases()
+    for label, fname, args in cases:
+        dev_args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        out = getattr(torch.ops.qwen38, fname)(*dev_args)
+        if fname == "rms_norm_gated":  # an intermediate rounding point: either side of a tie is legal
+            lo, hi = ref.rms_norm_gated_f64_branches(*args)
+            u = int(torch.minimum(ulp_diff(out.cpu(), lo), ulp_diff(out.cpu(), hi)).max())
+        else:
+            u = _max_ulp(out, getattr(ref, fname)(*args, acc_dtype=torch.float64))
+        worst = max(worst, u)
+        if u > 1:
+            ok = False
+            lines.append(f"{label}: {u} ulp")
+        if device == "cuda":  # row invariance: each row of a multi-row call == its 1-row call
+            m = args[0].shape[0]
+            if m > 1:
+                full = _first(out)
+                for r in (0, m // 2, m - 1):
+                    one = _first(getattr(torch.ops.qwen38, fname)(
+                        *(a[r:r + 1] if isinstance(a, torch.Tensor) and a.dim() > 1 else a for a in dev_args)))
+                    if not torch.equal(one.view(torch.int16), full[r:r + 1].view(torch.int16)):
+                        ok = False
+                        lines.append(f"{label}: row {r} differs from its 1-row call")
+    detail = f"{len(cases)} cases, max {worst} ulp vs float64" + ("; " + "; ".join(lines) if lines else "")
+    return CheckResult("norm", device, ok, detail, max_ulp=worst)
+
+
+@register("norm (rms_norm, add_rms_norm, rms_norm_gated)", "cuda")
+def _norm_cuda():
+    return _norm_check("cuda")
+
+
+@register("norm CPU path (references)", "cpu")
+def _norm_cpu():
+    return _norm_check("cpu")
+
+
+@register("tile tables", "cpu")
+def _tables():
+    from . import tables
+    found = tables.find_tables()
+    for (arch, op) in found:
+        tables.load(arch, op)  # validates; raises TableError
+    return CheckResult("tile tables", "cpu", True, f"{len(found)} tables valid")

@@ -1,0 +1,68 @@
+"""QWEN38_* switches, one per kernel path, read at call time so they flip inside one process.
+
+Each knob is an environment variable; ``override`` sets some for a ``with`` block (A/B timing in one
+process). KNOBS.md lists the same table; a test keeps the two in step.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str
+    meaning: str
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in [
+    Knob("QWEN38_FUSED_NORM", "1",
+         "1: rms_norm / add_rms_norm / rms_norm_gated run the fused CUDA kernels; 0: the wrappers in "
+         "qwen38_kernels.ops call the pure-PyTorch references instead (eager A/B baseline)."),
+    Knob("QWEN38_STRICT_TABLES", "0",
+         "1: a weight shape with no tile-table entry raises instead of warning once and taking the "
+         "default variant (the tests set this)."),
+]}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def get(name: str) -> str:
+    if name not in KNOBS:
+        raise KeyError(f"unknown knob {name!r}; known: {', '.join(sorted(KNOBS))}")
+    return os.environ.get(name, KNOBS[name].default)
+
+
+def enabled(name: str) -> bool:
+    v = get(name).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(f"knob {name}={v!r}: expected one of 1/0/true/false/yes/no/on/off")
+
+
+def in_force() -> dict[str, str]:
+    """Every knob with its current value, and whether it differs from the default."""
+    return {n: get(n) for n in KNOBS}
+
+
+@contextlib.contextmanager
+def override(**values):
+    """``with knobs.override(QWEN38_FUSED_NORM="0"): ...`` sets knobs for the block, then restores."""
+    for n in values:
+        get(n)  # validates the name
+    old = {n: os.environ.get(n) for n in values}
+    try:
+        for n, v in values.items():
+            os.environ[n] = str(int(v)) if isinstance(v, bool) else str(v)
+        yield
+    finally:
+        for n, v in old.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v

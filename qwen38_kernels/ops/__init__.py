@@ -1,0 +1,4 @@
+"""Public op wrappers, one module per family."""
+from .norm import add_rms_norm, rms_norm, rms_norm_gated
+
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated"]
