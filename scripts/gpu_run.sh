@@ -47,7 +47,7 @@ python3 -m qwen38_kernels --no-bench --json "$out/main.json" 2>&1 | tee -a "$log
 
 if [ $tests = 1 ]; then
   step "tests (GPU and CPU)"
-  python3 -m pytest -q -x --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} tests 2>&1 | tee -a "$log" | tail -30 || status=1
+  python3 -m pytest -q --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} tests 2>&1 | tee -a "$log" | tail -30 || status=1
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
