@@ -30,6 +30,7 @@ def check_activation(op: str, name: str, t, *, like: torch.Tensor | None = None,
     if t.numel() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
         _fail(op, f"{name} must be contiguous in its last dimension, got strides {list(t.stride())} "
                   f"for shape {_shape(t)}")
+    check_rows_collapse(op, name, t)
     if like is not None:
         if t.dtype != like.dtype:
             _fail(op, f"{name} must have {like_name}'s dtype {like.dtype}, got {t.dtype}")
@@ -37,6 +38,24 @@ def check_activation(op: str, name: str, t, *, like: torch.Tensor | None = None,
             _fail(op, f"{name} must have {like_name}'s shape {_shape(like)}, got {_shape(t)}")
         if t.device != like.device:
             _fail(op, f"{name} is on {t.device} but {like_name} is on {like.device}")
+
+
+def check_rows_collapse(op: str, name: str, t: torch.Tensor):
+    """t [..., H] must be viewable as rows of H with one row stride, without a copy: leading dims
+    of size 1 are ignored, the others must nest (a contiguous tensor, or a slice of its last dim)."""
+    if t.numel() == 0:
+        return
+    base, span, first = None, 1, True
+    for d in range(t.dim() - 2, -1, -1):
+        if t.shape[d] == 1:
+            continue
+        if first:
+            base, first = t.stride(d), False
+        elif t.stride(d) != base * span:
+            _fail(op, f"{name}'s leading dimensions must collapse into rows of one stride (a contiguous "
+                      f"tensor, or a slice of its last dimension); got shape {_shape(t)} with strides "
+                      f"{list(t.stride())}")
+        span *= t.shape[d]
 
 
 def check_weight(op: str, x: torch.Tensor, weight):

@@ -10,6 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : > "$report"
 fail=0
+cuobjdump=$(bash "$here/scripts/find_cuobjdump.sh") || cuobjdump=""
 for cu in $(find "$here/csrc" -name '*_kernel.cu' | sort); do
   name=$(basename "$cu" .cu)
   for sm in 90a 121a; do
@@ -26,8 +27,8 @@ for cu in $(find "$here/csrc" -name '*_kernel.cu' | sort); do
     fi
     smem=$(grep -oE "Used [0-9]+ registers, [0-9]+ bytes smem" "$tmp/ptxas.txt" | awk '{print $5}' | sort -n | tail -1)
     [ -n "${smem:-}" ] && [ "$smem" -gt 101376 ] && { echo "!! static shared memory $smem > 99 KB" >> "$report"; fail=1; }
-    if command -v cuobjdump > /dev/null; then
-      cuobjdump --dump-sass "$cubin" > "$tmp/sass.txt" 2>&1
+    if [ -n "$cuobjdump" ]; then
+      "$cuobjdump" --dump-sass "$cubin" > "$tmp/sass.txt" 2>&1
       echo "   SASS: $(grep -c 'LDG.E.128' "$tmp/sass.txt") LDG.E.128, $(grep -c 'STG.E.128' "$tmp/sass.txt") STG.E.128, $(grep -cE 'LDL|STL' "$tmp/sass.txt") local-memory ops, $(grep -c 'F2FP' "$tmp/sass.txt") F2FP, $(grep -c 'HMMA' "$tmp/sass.txt") HMMA" >> "$report"
     fi
   done

@@ -71,6 +71,7 @@ inline void check_like(const char* op, const char* name, const at::Tensor& t, co
 // 1 are ignored; the others must nest (stride[d] == stride[d+1] * size[d+1]), which holds for
 // contiguous tensors and for slices of the last dimension such as q[..., :256] of [M, 24, 512].
 inline int64_t row_stride(const char* op, const char* name, const at::Tensor& t) {
+  if (t.numel() == 0) return t.size(-1);  // nothing is read: any stride will do
   const int64_t nd = t.dim();
   int64_t base = t.size(-1), span = 1;
   bool first = true;

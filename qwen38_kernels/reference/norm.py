@@ -43,13 +43,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: b
     v = x.to(acc_dtype)
     w = weight.to(acc_dtype)
     scale = (1.0 + w) if zero_centered else w
-    return (v * _inv_rms(v, eps) * scale).to(x.dtype)
+    return (v * _inv_rms(v, eps) * scale).to(x.dtype).contiguous()
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                  zero_centered: bool, *, acc_dtype: torch.dtype = torch.float32):
     check_add_rms_norm(x, residual, weight, eps, zero_centered)
-    s = (x.to(acc_dtype) + residual.to(acc_dtype)).to(x.dtype)
+    s = (x.to(acc_dtype) + residual.to(acc_dtype)).to(x.dtype).contiguous()
     return rms_norm(s, weight, eps, zero_centered, acc_dtype=acc_dtype), s
 
 
@@ -62,7 +62,7 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     if weight.dtype == x.dtype:  # bf16 * bf16 in the reference: rounded to x.dtype
         m = m.to(x.dtype).to(acc_dtype)
     g = gate.to(acc_dtype)
-    return (m * (g * torch.sigmoid(g))).to(x.dtype)
+    return (m * (g * torch.sigmoid(g))).to(x.dtype).contiguous()
 
 
 # fp32 evaluations of r = rsqrt(mean(x^2) + eps) differ from the float64 one (and from each other,

@@ -1,0 +1,48 @@
+"""Suite-wide settings: hypothesis profiles, strict tables, the `gpu` marker, the `device` fixture.
+
+- Hypothesis profile "gpu" (100 examples) when CUDA is available, else "ci" (15 examples, keeps the
+  CPU run in CI short); HYPOTHESIS_PROFILE=<name> picks one explicitly.
+- QWEN38_STRICT_TABLES=1: a weight shape without a tile-table entry raises instead of warning.
+- Tests marked `gpu` (and the "cuda" case of the `device` fixture) are skipped without CUDA.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import settings
+
+os.environ["QWEN38_STRICT_TABLES"] = "1"
+
+HAS_CUDA = torch.cuda.is_available()
+
+settings.register_profile("ci", deadline=None, max_examples=15, print_blob=True)
+settings.register_profile("gpu", deadline=None, max_examples=100, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "gpu" if HAS_CUDA else "ci")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def devices() -> list:
+    """Parametrize values for a device argument: "cpu", and "cuda" carrying the `gpu` marker (so a
+    machine without CUDA lists it as skipped rather than silently dropping it)."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=devices())
+def device(request) -> str:
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    dev = torch.cuda.get_device_name() if HAS_CUDA else "none"
+    return f"qwen38: torch {torch.__version__}, CUDA device: {dev}, hypothesis profile: {HYPOTHESIS_PROFILE}"
