@@ -76,6 +76,15 @@ def _same(*args):
     return args
 
 
+def _no_pdl(fn):
+    """Our op launched without programmatic dependent launch (QWEN38_PDL=0): the A/B of that knob.
+    The knob is read when the kernel is launched, i.e. while the timing graph is captured."""
+    def call(*args):
+        with knobs.override(QWEN38_PDL="0"):
+            return fn(*args)
+    return call
+
+
 def cases() -> list[Case]:
     def q_slice(m):
         # q of q_proj's per-head [q | gate] output: a strided view, as the model feeds the q norm
@@ -88,6 +97,7 @@ def cases() -> list[Case]:
              touched=lambda m: ES * (m * H + H),
              providers={
                  "qwen38": (_same, lambda x, w: q.rms_norm(x, w, EPS, True)),
+                 "qwen38 PDL off": (_same, _no_pdl(lambda x, w: q.rms_norm(x, w, EPS, True))),
                  "F.rms_norm": (lambda x, w: (x, _one_plus(w)), lambda x, w1: F.rms_norm(x, (H,), w1, EPS)),
                  "eager_reference": (_same, lambda x, w: ref.rms_norm(x, w, EPS, True)),
              }),
@@ -97,6 +107,7 @@ def cases() -> list[Case]:
              touched=lambda m: ES * (m * Q_HEADS * HEAD_DIM + HEAD_DIM),
              providers={
                  "qwen38": (_same, lambda x, w: q.rms_norm(x, w, EPS, True)),
+                 "qwen38 PDL off": (_same, _no_pdl(lambda x, w: q.rms_norm(x, w, EPS, True))),
                  "F.rms_norm": (lambda x, w: (x, _one_plus(w)),
                                 lambda x, w1: F.rms_norm(x, (HEAD_DIM,), w1, EPS)),
                  "eager_reference": (_same, lambda x, w: ref.rms_norm(x, w, EPS, True)),
@@ -107,6 +118,7 @@ def cases() -> list[Case]:
              touched=lambda m: ES * (2 * m * H + H),
              providers={
                  "qwen38": (_same, lambda x, r, w: q.add_rms_norm(x, r, w, EPS, True)),
+                 "qwen38 PDL off": (_same, _no_pdl(lambda x, r, w: q.add_rms_norm(x, r, w, EPS, True))),
                  "F.rms_norm": (lambda x, r, w: (x, r, _one_plus(w)), _add_then_norm),
                  "eager_reference": (_same, lambda x, r, w: ref.add_rms_norm(x, r, w, EPS, True)),
              }),
@@ -116,6 +128,7 @@ def cases() -> list[Case]:
              touched=lambda m: ES * (2 * m * V_HEADS * V_DIM + V_DIM),
              providers={
                  "qwen38": (_same, lambda x, g, w: q.rms_norm_gated(x, g, w, EPS)),
+                 "qwen38 PDL off": (_same, _no_pdl(lambda x, g, w: q.rms_norm_gated(x, g, w, EPS))),
                  "F.rms_norm": (_same, lambda x, g, w: F.rms_norm(x, (V_DIM,), w, EPS) * F.silu(g)),
                  "eager_reference": (_same, lambda x, g, w: ref.rms_norm_gated(x, g, w, EPS)),
              }),

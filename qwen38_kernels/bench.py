@@ -271,7 +271,8 @@ def _fmt_us(us: float) -> str:
 
 
 def _best_peer(rows: dict[str, Record], ours: str) -> Record | None:
-    peers = [r for p, r in rows.items() if p != ours]
+    """The fastest provider that is not ours (variants of ours, named "<ours> ...", are not peers)."""
+    peers = [r for p, r in rows.items() if p != ours and not p.startswith(ours + " ")]
     return min(peers, key=lambda r: r.us) if peers else None
 
 

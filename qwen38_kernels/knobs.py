@@ -21,6 +21,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_FUSED_NORM", "1",
          "1: rms_norm / add_rms_norm / rms_norm_gated run the fused CUDA kernels; 0: the wrappers in "
          "qwen38_kernels.ops call the pure-PyTorch references instead (eager A/B baseline)."),
+    Knob("QWEN38_PDL", "1",
+         "1: kernels launch with programmatic dependent launch (sm_90+): a kernel is scheduled while "
+         "its predecessor finishes and waits (griddepcontrol.wait) before touching memory, hiding "
+         "launch latency between back-to-back kernels; 0: plain stream-ordered launches. Same bits."),
     Knob("QWEN38_STRICT_TABLES", "0",
          "1: a weight shape with no tile-table entry raises instead of warning once and taking the "
          "default variant (the tests set this)."),

@@ -28,8 +28,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 X_DTYPES = [torch.bfloat16, torch.float16]
 W_KINDS = ["x", "fp32"]  # weight in x's dtype, or fp32
 # 5120: hidden; 256: attention head; 128: GDN head; 1000/40/7: tails not a multiple of the kernel's
-# 8-element groups or of a warp; 17411: longer than the kernel holds in registers (its re-read path)
-HIDDEN = [5120, 256, 128, 1000, 40, 7, 17411]
+# 8-element groups or of a warp; 16383: the longest odd row the CUDA kernel takes (32 segments: its wide launch shape)
+HIDDEN = [5120, 256, 128, 1000, 40, 7, 16383]
 # (scale of x, eps): ordinary, small enough that eps matters, large, and a large eps
 SCALE_EPS = [(1.0, EPS), (1e-3, EPS), (30.0, EPS), (0.1, 0.25)]
 OP_NAMES = ["rms_norm", "add_rms_norm", "rms_norm_gated"]
@@ -232,7 +232,7 @@ def test_outputs_fully_written(op, device):
     """Every output element is written: with the allocator poisoned (CUDA) the outputs hold no NaN,
     for aligned and misaligned rows, a tail of 1..7 elements and the long-row path."""
     for layout, h in [("rows", 5120), ("heads", 256), ("tail_slice", 7), ("offset", 1000),
-                      ("odd_stride", 256), ("rows", 17411), ("rows", 129)]:
+                      ("odd_stride", 256), ("rows", 16383), ("rows", 129)]:
         for m in (1, 3, 32, 33):
             rows, w = _inputs(op, layout, m, h, torch.bfloat16, torch.float32, device, True, seed=m)
             qt.poison_allocator(_out_bytes(rows), device)
@@ -268,7 +268,7 @@ def test_opcheck(op, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("xdt", X_DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("layout,h", [("rows", 5120), ("head_slice", 256), ("heads", 128),
-                                      ("rows", 1000), ("tail_slice", 7), ("rows", 17411),
+                                      ("rows", 1000), ("tail_slice", 7), ("rows", 16383),
                                       ("odd_stride", 5120), ("offset", 128)])
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_row_invariance_every_m(op, layout, h, xdt, device):
@@ -289,7 +289,7 @@ def test_broadcast_rows(op, device):
 
 
 FUZZ_SHAPES = [("rows", 5120), ("heads", 256), ("head_slice", 256), ("heads", 128), ("rows", 1000),
-               ("rows", 40), ("tail_slice", 7), ("rows", 17411), ("odd_stride", 1000), ("offset", 256)]
+               ("rows", 40), ("tail_slice", 7), ("rows", 16383), ("odd_stride", 1000), ("offset", 256)]
 
 
 _FUZZ = dict(
@@ -375,7 +375,7 @@ def test_graph_equals_eager(op, layout, h, m):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OP_NAMES)
-@pytest.mark.parametrize("layout,h,m", [("rows", 5120, 32), ("heads", 256, 4), ("rows", 17411, 3),
+@pytest.mark.parametrize("layout,h,m", [("rows", 5120, 32), ("heads", 256, 4), ("rows", 16383, 3),
                                         ("tail_slice", 40, 7)])
 def test_deterministic(op, layout, h, m):
     rows, w = _inputs(op, layout, m, h, torch.float16, torch.float32, "cuda", seed=12)
@@ -582,3 +582,45 @@ def test_assert_helpers_catch_what_they_should():
     with pytest.raises(AssertionError, match="ulp histogram"):
         qt.assert_ulp_close(torch.tensor([1.0, 2.0], dtype=torch.bfloat16),
                             torch.tensor([1.0, 2.03125], dtype=torch.bfloat16), 1, "t")
+
+
+# ---- launch shapes, PDL, limits ------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OP_NAMES)
+@pytest.mark.parametrize("h", [5120, 16383, 1000, 128])
+def test_many_rows_equal_their_one_row_calls(op, h):
+    """Many rows take the kernel's wide launch shape (fewer warps per row, more segments per warp);
+    the reduction order is the same, so each row still equals its 1-row call (which takes the
+    latency shape) bit for bit."""
+    m = 1024 if h <= 5120 else 300
+    rows, w = _inputs(op, "rows", m, h, torch.bfloat16, torch.bfloat16, "cuda", seed=21)
+    fn = _op(op, w)
+    full = _outs(fn(*rows))
+    for r in (0, 1, m // 2, m - 1):
+        one = _outs(fn(*(t[r:r + 1] for t in rows)))
+        for k, (a, b) in enumerate(zip(full, one)):
+            qt.assert_bitwise_equal(a[r:r + 1], b, f"{op} H={h}: row {r} of {m} rows, output {k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_pdl_knob_gives_the_same_bits(op):
+    """QWEN38_PDL only changes how kernels are launched, eagerly and inside a graph."""
+    rows, w = _inputs(op, "rows", 32, 5120, torch.bfloat16, torch.bfloat16, "cuda", seed=22)
+    with knobs.override(QWEN38_PDL="1"):
+        on = _outs(_op(op, w)(*rows))
+        qt.assert_graph_equals_eager(_op(op, w), *rows)
+    with knobs.override(QWEN38_PDL="0"):
+        off = _outs(_op(op, w)(*rows))
+    for a, b in zip(on, off):
+        qt.assert_bitwise_equal(a, b, f"{op}: QWEN38_PDL=1 vs 0")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_rows_longer_than_the_kernel_takes_are_rejected(op):
+    args = _base_args(op, "cuda", m=2, h=16392)
+    with pytest.raises(ValueError, match=rf"qwen38\.{op}: the CUDA kernel takes rows of at most 16384"):
+        _call(op, args)

@@ -7,6 +7,8 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
@@ -89,6 +91,16 @@ inline int64_t row_stride(const char* op, const char* name, const at::Tensor& t)
     span *= t.size(d);
   }
   return base;
+}
+
+// A QWEN38_* knob read at call time (qwen38_kernels/knobs.py sets the environment, so knobs flip
+// inside one process). "0", "false", "no", "off" switch it off; unset means `dflt`.
+inline bool knob_enabled(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return dflt;
+  for (const char* off : {"0", "false", "no", "off", "False", "FALSE", "OFF", "NO"})
+    if (std::strcmp(v, off) == 0) return false;
+  return true;
 }
 
 inline void check_launch(const char* op, cudaError_t err, const at::Tensor& on) {

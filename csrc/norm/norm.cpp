@@ -32,6 +32,9 @@ void check_common(const char* op, const at::Tensor& x, const at::Tensor& weight,
   check_same_device(op, "weight", weight, "x", x);
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0, "qwen38.", op,
                     ": eps must be a finite number >= 0, got ", eps);
+  TORCH_CHECK_VALUE(x.size(-1) <= kMaxHiddenElems, "qwen38.", op, ": the CUDA kernel takes rows of at most ",
+                    kMaxHiddenElems, " elements, got x.shape[-1] = ", x.size(-1), " (x shape ",
+                    shape_str(x.sizes()), ")");
 }
 
 Params make_params(const char* op, const at::Tensor& x, const at::Tensor& weight, double eps,
@@ -51,6 +54,7 @@ void run(const char* op, Kind kind, const at::Tensor& x, const at::Tensor& weigh
   if (p.rows == 0) return;  // empty input: empty output, no launch
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = launch(kind, to_dtype(x.scalar_type()), to_dtype(weight.scalar_type()), p,
+                                 knob_enabled("QWEN38_PDL", true),
                                  at::cuda::getCurrentCUDAStream(x.device().index()).stream());
   check_launch(op, err, x);
 }

@@ -12,43 +12,73 @@
 //   weight              W [H] (W = T or float), contiguous
 //   y, residual_out     T [rows, H], contiguous
 //
-// Work split (chosen from H alone, never from rows, so a row's bits never depend on the row count):
-//   a row is cut into GROUP = 8-element groups; group g belongs to thread (g mod TPR) of the row's
-//   thread team. TPR (threads per row) targets 2 groups per thread:
+// The sum of squares has ONE order, fixed by H alone (row invariance), whatever the launch shape:
+//   the row is cut into 8-element groups and the groups into segments of 2L groups, L = lanes per
+//   segment (32, or the power of two that covers a short row). Lane l of segment s owns groups
+//   s*2L + l and s*2L + L + l:
 //
-//     row:    | g0 | g1 | ... | g(TPR-1) | g(TPR) | ... | g(2TPR-1) | tail (H > 16*TPR) ...
-//     thread:   t0   t1         t(TPR-1)   t0             t(TPR-1)    t0, t1, ... again
+//     segment s:  | g(s*2L) ... g(s*2L+L-1) | g(s*2L+L) ... g(s*2L+2L-1) |
+//     lane:          0   ...   L-1             0    ...    L-1
 //
-//   Each thread sums its squares group by group, element 0..7 in order; the team then reduces with
-//   an xor butterfly (every lane ends with the same bits: a + b == b + a exactly at each level) and,
-//   for teams wider than a warp, a fixed-order sum of the per-warp partials in shared memory.
-//   The ALIGNED variant loads a group with one 16-byte load; the unaligned variant loads the same
-//   group element by element: the arithmetic, hence the bits, are the same for both.
-//   Teams of <= 32 threads are packed 128/TPR rows per block; wider teams get a block per row.
+//   lane partial = its 16 squares added in element order; segment sum = xor butterfly over the L
+//   lanes (a + b == b + a exactly, so every lane ends with the same bits); row sum = 0 + seg 0 +
+//   seg 1 + ... in segment order.
+// Launch shapes differ only in how many segments one warp walks (SPW) and so in how many warps
+// share a row (ceil(S / SPW), their segment sums meeting in shared memory); the arithmetic above
+// is the same for all of them, hence so are the bits:
+//   SPW = 1 (few rows, latency): a warp per segment, the row's weights held in registers;
+//   SPW = 4, or 2 for the gated norm (many rows, bandwidth): fewer warps per row, more bytes in
+//   flight per thread, weights re-read in pass 2 (L1/L2 hits after the first rows).
+// The ALIGNED variant loads a group with one 16-byte load; the other loads the same group element
+// by element: same arithmetic, same bits.
 #pragma once
 
+#include "common/pdl.cuh"
 #include "common/vec.cuh"
 #include "norm/norm_launch.h"
 
 namespace qwen38::norm {
 
-constexpr int kGroup = 8;         // elements per group (16 bytes of a 16-bit type)
-constexpr int kRegGroups = 2;     // groups per thread held in registers between the two passes
-constexpr int kSmallBlock = 128;  // block size when several rows share a block
-constexpr int kMaxTeam = 512;      // threads per row at most (launch bound: <= 128 registers)
+constexpr int kGroup = 8;          // elements per group (16 bytes of a 16-bit type)
+constexpr int kLanes = 32;         // lanes per segment of a long row
+constexpr int kSmallBlock = 128;   // threads per block when several short rows share a block
+constexpr int kMaxThreads = 512;   // launch bound (<= 128 registers per thread)
+constexpr int kSegSmem = 256;      // segment sums per block in shared memory
+constexpr int64_t kMaxHidden = int64_t(kGroup) * 2 * kLanes * 32;  // 32 segments at most
+static_assert(kMaxHidden == kMaxHiddenElems, "norm_launch.h states the limit to the host");
 
-// Threads per row for a row of `hidden` elements: a power of two up to a warp, else a multiple of
-// 32 up to kMaxTeam (rows longer than kMaxTeam * 16 elements loop over a tail, re-reading it).
-inline int threads_per_row(int64_t hidden) {
+struct Shape {
+  int lanes;          // L: lanes per segment
+  int segments;       // S
+  int spw;            // segments per warp (compile-time variant)
+  int warps_per_row;  // ceil(S / spw)
+  int rows_per_block;
+  int threads;        // per block
+};
+
+// Lanes per segment and segment count: a function of H only (the reduction order).
+inline void segments_of(int64_t hidden, int* lanes, int* segments) {
   const int64_t groups = (hidden + kGroup - 1) / kGroup;
-  const int64_t want = (groups + kRegGroups - 1) / kRegGroups;
-  if (want <= 32) {
-    int t = 1;
-    while (t < want) t <<= 1;
-    return t;
-  }
-  const int64_t t = (want + 31) / 32 * 32;
-  return int(t < kMaxTeam ? t : kMaxTeam);
+  int l = 1;
+  while (l < kLanes && 2 * l < groups) l <<= 1;
+  *lanes = l;
+  *segments = int((groups + 2 * l - 1) / (2 * l));
+}
+
+// The launch shape: segments per warp from the row count (bandwidth vs latency); never changes bits.
+// `wide_spw` is the segments-per-warp variant for many rows (4; 2 for the gated norm, which keeps
+// the gates in registers too).
+inline Shape launch_shape(int64_t hidden, int64_t rows, int wide_spw) {
+  Shape sh{};
+  segments_of(hidden, &sh.lanes, &sh.segments);
+  const bool wide = sh.segments > 1 && (rows >= 256 || sh.segments > kMaxThreads / 32);
+  sh.spw = wide ? wide_spw : 1;
+  sh.warps_per_row = (sh.segments + sh.spw - 1) / sh.spw;
+  const int tpr = sh.lanes * sh.warps_per_row;
+  sh.rows_per_block = tpr < kSmallBlock ? kSmallBlock / tpr : 1;
+  if (sh.warps_per_row > 1 && sh.warps_per_row <= 4) sh.rows_per_block = 8 / sh.warps_per_row;
+  sh.threads = tpr * sh.rows_per_block;
+  return sh;
 }
 
 // A group of 8 elements as raw storage (16-bit values stay packed in registers: 4 registers per
@@ -104,17 +134,21 @@ __device__ __forceinline__ Group<T> finish_group(bool zero_centered, float r, co
   return out;
 }
 
-template <typename T, typename W, Kind KIND, bool ALIGNED>
-__global__ void __launch_bounds__(kMaxTeam, 1) norm_kernel(const Params p, const int tpr) {
-  __shared__ float warp_sums[kMaxTeam / 32];
+template <typename T, typename W, Kind KIND, bool ALIGNED, int SPW>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+norm_kernel(const Params p, const int lanes, const int segments, const int warps_per_row) {
+  __shared__ float seg_sums[kSegSmem];
+  constexpr bool kKeepWeights = SPW == 1;  // latency shape: weights loaded with x, kept in registers
 
-  const int lane = threadIdx.x % tpr;
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
-  // Rows past the end still run the shuffles below (all 32 lanes must take part); they only skip
-  // memory accesses.
+  const int tpr = lanes * warps_per_row;
+  const int row_in_block = threadIdx.x / tpr;
+  const int lane = threadIdx.x % lanes;
+  const int warp_in_row = (threadIdx.x % tpr) / lanes;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / tpr) + row_in_block;
+  // Rows past the end still run the shuffles below (all 32 lanes of a warp must take part); they
+  // only skip memory accesses.
   const bool active = row < p.rows;
   const int64_t H = p.hidden;
-  const int64_t groups = (H + kGroup - 1) / kGroup;
 
   const T* __restrict__ x = static_cast<const T*>(p.x) + row * p.x_stride;
   const T* __restrict__ res = static_cast<const T*>(p.residual) + row * p.res_stride;
@@ -124,66 +158,74 @@ __global__ void __launch_bounds__(kMaxTeam, 1) norm_kernel(const Params p, const
   T* __restrict__ res_out = static_cast<T*>(p.residual_out) + row * H;
 
   auto valid_in = [&](int64_t e) { return int(H - e < kGroup ? H - e : kGroup); };
-  // x (or the rounded x + residual, written to residual_out) of one group, squares added to ss
-  float ss = 0.0f;
-  auto load_x = [&](int64_t e) {
-    Group<T> v = load_group<T, ALIGNED>(x + e, valid_in(e));
-    if constexpr (KIND == Kind::kAddRms) {
-      const Group<T> rr = load_group<T, ALIGNED>(res + e, valid_in(e));
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) v.v[j] = from_f32<T>(to_f32(v.v[j]) + to_f32(rr.v[j]));
-      store_group<T, ALIGNED>(res_out + e, valid_in(e), v);
-    }
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) ss += to_f32(v.v[j]) * to_f32(v.v[j]);
-    return v;
-  };
-  auto load_gate = [&](int64_t e) {
-    if constexpr (KIND == Kind::kGated) return load_group<T, ALIGNED>(gate + e, valid_in(e));
-    else return Group<T>{};
+  // element offset of this lane's group c (0 or 1) in its i-th segment, or -1 when there is none
+  auto elem = [&](int i, int c) -> int64_t {
+    const int s = warp_in_row * SPW + i;
+    const int64_t e = ((int64_t(s) * 2 + c) * lanes + lane) * kGroup;
+    return (active && s < segments && e < H) ? e : -1;
   };
 
-  // ---- pass 1: load (and keep) the first kRegGroups groups, sum squares over the whole row ----
-  Group<T> v[kRegGroups], g[kRegGroups];
-  Group<W> w[kRegGroups];
+  pdl_wait();   // inputs may come from the previous kernel
+  pdl_allow();  // every block of this grid is resident or queued: let the next kernel queue
+
+  // ---- pass 1: load x (+ residual, gate, weights), keep them, sum squares per segment ----
+  Group<T> v[SPW][2], g[SPW][2];
+  Group<W> w[kKeepWeights ? SPW : 1][2];
+  float seg[SPW];
 #pragma unroll
-  for (int c = 0; c < kRegGroups; ++c) {
-    const int64_t e = (int64_t(c) * tpr + lane) * kGroup;
-    if (active && e < H) {
-      v[c] = load_x(e);
-      g[c] = load_gate(e);
-      w[c] = load_group<W, ALIGNED>(wt + e, valid_in(e));
+  for (int i = 0; i < SPW; ++i) {
+    float part = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t e = elem(i, c);
+      if (e < 0) continue;
+      v[i][c] = load_group<T, ALIGNED>(x + e, valid_in(e));
+      if constexpr (KIND == Kind::kAddRms) {
+        const Group<T> rr = load_group<T, ALIGNED>(res + e, valid_in(e));
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) v[i][c].v[j] = from_f32<T>(to_f32(v[i][c].v[j]) + to_f32(rr.v[j]));
+        store_group<T, ALIGNED>(res_out + e, valid_in(e), v[i][c]);  // the bf16 residual add
+      }
+      if constexpr (KIND == Kind::kGated) g[i][c] = load_group<T, ALIGNED>(gate + e, valid_in(e));
+      if constexpr (kKeepWeights) w[i][c] = load_group<W, ALIGNED>(wt + e, valid_in(e));
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) part += to_f32(v[i][c].v[j]) * to_f32(v[i][c].v[j]);
     }
+    for (int off = lanes / 2; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+    seg[i] = part;
   }
-  for (int64_t grp = int64_t(kRegGroups) * tpr + lane; active && grp < groups; grp += tpr) load_x(grp * kGroup);
 
-  // ---- team reduction, fixed order ----
-  const int width = tpr < 32 ? tpr : 32;
-  for (int off = width / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (tpr > 32) {
-    const int nwarps = tpr / 32;
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = ss;
+  // ---- row sum: segments in order ----
+  float ss = 0.0f;
+  if (warps_per_row == 1) {
+#pragma unroll
+    for (int i = 0; i < SPW; ++i)
+      if (i < segments) ss += seg[i];
+  } else {
+    float* sums = seg_sums + row_in_block * segments;
+#pragma unroll
+    for (int i = 0; i < SPW; ++i) {
+      const int s = warp_in_row * SPW + i;
+      if (lane == 0 && s < segments) sums[s] = seg[i];
+    }
     __syncthreads();
-    ss = 0.0f;
-    for (int i = 0; i < nwarps; ++i) ss += warp_sums[i];
+    for (int s = 0; s < segments; ++s) ss += sums[s];
   }
   if (!active) return;
   const float r = 1.0f / sqrtf(ss / float(H) + p.eps);  // IEEE div and sqrt: mean, + eps, rsqrt
 
   // ---- pass 2: normalise and store ----
 #pragma unroll
-  for (int c = 0; c < kRegGroups; ++c) {
-    const int64_t e = (int64_t(c) * tpr + lane) * kGroup;
-    if (e < H) store_group<T, ALIGNED>(y + e, valid_in(e), finish_group<T, W, KIND>(p.zero_centered, r, v[c], w[c], g[c]));
-  }
-  for (int64_t grp = int64_t(kRegGroups) * tpr + lane; grp < groups; grp += tpr) {
-    // tail of a very long row: re-read it (for kAddRms the rounded sum this thread stored in
-    // residual_out in pass 1)
-    const int64_t e = grp * kGroup;
-    const T* src = KIND == Kind::kAddRms ? static_cast<const T*>(res_out) : x;
-    const Group<T> vv = load_group<T, ALIGNED>(src + e, valid_in(e));
-    const Group<W> ww = load_group<W, ALIGNED>(wt + e, valid_in(e));
-    store_group<T, ALIGNED>(y + e, valid_in(e), finish_group<T, W, KIND>(p.zero_centered, r, vv, ww, load_gate(e)));
+  for (int i = 0; i < SPW; ++i) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t e = elem(i, c);
+      if (e < 0) continue;
+      Group<W> ww;
+      if constexpr (kKeepWeights) ww = w[i][c];
+      else ww = load_group<W, ALIGNED>(wt + e, valid_in(e));
+      store_group<T, ALIGNED>(y + e, valid_in(e), finish_group<T, W, KIND>(p.zero_centered, r, v[i][c], ww, g[i][c]));
+    }
   }
 }
 

@@ -23,9 +23,13 @@ struct Params {
   bool zero_centered = true;
 };
 
-// Chooses the launch shape from `hidden` alone (never from `rows`: row invariance) and launches.
+// Largest row length (H) the kernels take; the host rejects longer rows with a message.
+constexpr int64_t kMaxHiddenElems = 16384;
+
+// Launches on `stream` (with programmatic dependent launch when `pdl`). The reduction order is
+// fixed by `hidden` alone; the launch shape may follow `rows` without changing any bit.
 // Returns the launch error, if any.
-cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, cudaStream_t stream);
+cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, bool pdl, cudaStream_t stream);
 
 // Whether this build holds machine code the current device can run: fills the binary and PTX
 // versions of a representative kernel (e.g. 90 for sm_90a) or returns the error.

@@ -1,0 +1,26 @@
+// Programmatic dependent launch (sm_90+; PTX griddepcontrol). A kernel launched with the
+// programmatic-stream-serialization attribute may be scheduled while the previous kernel in the
+// stream is still running, which hides launch latency between back-to-back kernels (decode is a
+// chain of short kernels). Contract kept by every kernel here:
+//   pdl_wait()  before the first global memory access: it returns once the previous grid has
+//               completed and its writes are visible, so the data flow is exactly stream order;
+//   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
+//               scheduled early (it still waits in its own pdl_wait()).
+// Both are no-ops when the kernel was launched without the attribute.
+#pragma once
+
+namespace qwen38 {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_allow() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+}  // namespace qwen38
