@@ -98,11 +98,13 @@ sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True)
                  + glob.glob(os.path.join("csrc", "**", "*.cu"), recursive=True))
 
 nvcc_flags = [
-    "-O3", "-std=c++20", "--expt-relaxed-constexpr",
+    "-O3", "--expt-relaxed-constexpr",
     # no --use_fast_math: rounding points are part of the contract (DESIGN.md)
     "-Xptxas=-warn-spills", "-lineinfo",
 ]
-cxx_flags = ["-O3", "-std=c++20"] + cxx_after
+# No -std: torch's build helper adds the standard its own headers were built with (C++17 for older
+# torch, C++20 for newer); forcing another one changes the layout of c10 types across the ABI.
+cxx_flags = ["-O3"] + cxx_after
 
 # What info() reports about this build; generated, never committed.
 with open(os.path.join(ROOT, "qwen38_kernels", "_build_info.py"), "w") as f:

@@ -46,13 +46,10 @@ step "main job"
 python3 -m qwen38_kernels --no-bench --json "$out/main.json" 2>&1 | tee -a "$log" || status=1
 
 if [ $tests = 1 ]; then
-  if [ -f scratch/bad_cases.py ]; then
-    step "scratch: bad cases one by one"
-    python3 scratch/bad_cases.py 2>&1 | tee -a "$log" | tail -25
-  fi
   step "tests (GPU and CPU)"
-  python3 -m pytest -q --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} tests 2>&1 | tee -a "$log" | tail -30 || status=1
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # pytest-xdist where installed: a crashing worker is replaced and its test reported as failed
+  par=""; python3 -c 'import xdist' 2>/dev/null && par="-n 8"
+  python3 -m pytest -q $par --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} tests 2>&1 | tee -a "$log" | tail -30 || status=1
 fi
 
 if [ $benches = 1 ]; then

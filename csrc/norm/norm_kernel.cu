@@ -9,7 +9,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 template <typename T, typename W, Kind KIND, bool ALIGNED>
 cudaError_t launch_cfg(const Params& p, bool pdl, cudaStream_t stream) {
-  constexpr int kWideSpw = KIND == Kind::kGated ? 2 : 5;
+  constexpr int kWideSpw = KIND == Kind::kRms ? 4 : 2;  // add and gated keep two inputs per group
   const Shape sh = launch_shape(p.hidden, p.rows, kWideSpw);
   const int64_t grid = (p.rows + sh.rows_per_block - 1) / sh.rows_per_block;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;

@@ -27,8 +27,10 @@
 // share a row (ceil(S / SPW), their segment sums meeting in shared memory); the arithmetic above
 // is the same for all of them, hence so are the bits:
 //   SPW = 1 (few rows, latency): a warp per segment, the row's weights held in registers;
-//   SPW = 5, or 2 for the gated norm (many rows, bandwidth): fewer warps per row, more bytes in
-//   flight per thread, weights re-read in pass 2 (L1/L2 hits after the first rows).
+//   SPW = 4 for rms_norm, 2 for add_rms_norm and rms_norm_gated, which keep two inputs per group
+//   (many rows, bandwidth): fewer warps per row, more bytes in flight per thread, weights re-read
+//   in pass 2 through the read-only path (L1/L2 hits after the first rows).
+// Every load of a lane is issued before the first shuffle, so they are all in flight together.
 // The ALIGNED variant loads a group with one 16-byte load; the other loads the same group element
 // by element: same arithmetic, same bits.
 #pragma once
@@ -66,8 +68,7 @@ inline void segments_of(int64_t hidden, int* lanes, int* segments) {
 }
 
 // The launch shape: segments per warp from the row count (bandwidth vs latency); never changes bits.
-// `wide_spw` is the segments-per-warp variant for many rows (5: two warps for H = 5120; 2 for the
-// gated norm, which keeps the gates in registers too).
+// `wide_spw` is the segments-per-warp variant for many rows (see the header comment).
 inline Shape launch_shape(int64_t hidden, int64_t rows, int wide_spw) {
   Shape sh{};
   segments_of(hidden, &sh.lanes, &sh.segments);
@@ -164,37 +165,46 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
   T* __restrict__ y = static_cast<T*>(p.y) + row * H;
   T* __restrict__ res_out = static_cast<T*>(p.residual_out) + row * H;
 
-  auto valid_in = [&](int64_t e) { return int(H - e < kGroup ? H - e : kGroup); };
-  // element offset of this lane's group c (0 or 1) in its i-th segment, or -1 when there is none
-  auto elem = [&](int i, int c) -> int64_t {
-    const int s = warp_in_row * SPW + i;
-    const int64_t e = ((int64_t(s) * 2 + c) * lanes + lane) * kGroup;
-    return (active && s < segments && e < H) ? e : -1;
-  };
+  // Offsets within a row are 32-bit (H <= kMaxHidden). This lane's group c (0 or 1) of its i-th
+  // segment starts at element base + (2i + c) * lanes * kGroup; it exists when that is < H (which
+  // also means the segment exists).
+  const int hidden = int(H);
+  const int base = (warp_in_row * SPW * 2 * lanes + lane) * kGroup;
+  const int step = lanes * kGroup;
+  auto valid_in = [&](int e) { return hidden - e < kGroup ? hidden - e : kGroup; };
 
   pdl_wait();   // inputs may come from the previous kernel
   pdl_allow();  // every block of this grid is resident or queued: let the next kernel queue
 
-  // ---- pass 1: load x (+ residual, gate, weights), keep them, sum squares per segment ----
-  Group<T> v[SPW][2], g[SPW][2];
+  // ---- pass 1a: issue every load of this lane first (all in flight together) ----
+  Group<T> v[SPW][2], g[SPW][2], rr[KIND == Kind::kAddRms ? SPW : 1][2];
   Group<W> w[kKeepWeights ? SPW : 1][2];
+#pragma unroll
+  for (int i = 0; i < SPW; ++i) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int e = base + (2 * i + c) * step;
+      if (!active || e >= hidden) continue;
+      v[i][c] = load_group<T, ALIGNED>(x + e, valid_in(e));
+      if constexpr (KIND == Kind::kAddRms) rr[i][c] = load_group<T, ALIGNED>(res + e, valid_in(e));
+      if constexpr (KIND == Kind::kGated) g[i][c] = load_group<T, ALIGNED>(gate + e, valid_in(e));
+      if constexpr (kKeepWeights) w[i][c] = load_group<W, ALIGNED, true>(wt + e, valid_in(e));
+    }
+  }
+  // ---- pass 1b: residual add (rounded, stored), squares per lane, segment sums ----
   float seg[SPW];
 #pragma unroll
   for (int i = 0; i < SPW; ++i) {
     float part = 0.0f;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int64_t e = elem(i, c);
-      if (e < 0) continue;
-      v[i][c] = load_group<T, ALIGNED>(x + e, valid_in(e));
+      const int e = base + (2 * i + c) * step;
+      if (!active || e >= hidden) continue;
       if constexpr (KIND == Kind::kAddRms) {
-        const Group<T> rr = load_group<T, ALIGNED>(res + e, valid_in(e));
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) v[i][c].v[j] = from_f32<T>(to_f32(v[i][c].v[j]) + to_f32(rr.v[j]));
+        for (int j = 0; j < kGroup; ++j) v[i][c].v[j] = from_f32<T>(to_f32(v[i][c].v[j]) + to_f32(rr[i][c].v[j]));
         store_group<T, ALIGNED>(res_out + e, valid_in(e), v[i][c]);  // the bf16 residual add
       }
-      if constexpr (KIND == Kind::kGated) g[i][c] = load_group<T, ALIGNED>(gate + e, valid_in(e));
-      if constexpr (kKeepWeights) w[i][c] = load_group<W, ALIGNED, true>(wt + e, valid_in(e));
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) part += to_f32(v[i][c].v[j]) * to_f32(v[i][c].v[j]);
     }
@@ -226,8 +236,8 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
   for (int i = 0; i < SPW; ++i) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int64_t e = elem(i, c);
-      if (e < 0) continue;
+      const int e = base + (2 * i + c) * step;
+      if (e >= hidden) continue;
       Group<W> ww;
       if constexpr (kKeepWeights) ww = w[i][c];
       else ww = load_group<W, ALIGNED, true>(wt + e, valid_in(e));
