@@ -1,7 +1,7 @@
 """Helpers the test suite uses for every op, public so that users can fuzz their own calls too.
 
     from qwen38_kernels import testing as qt
-    qt.poison_allocator()                       # free CUDA memory now reads as NaN
+    # QWEN38_POISON_OUTPUTS=1: CUDA op outputs start as NaN (knobs.py)
     y = torch.ops.qwen38.rms_norm(x, w, 1e-6, True)
     qt.assert_row_invariant(lambda x: torch.ops.qwen38.rms_norm(x, w, 1e-6, True), x)
 
@@ -10,8 +10,9 @@ What each helper checks, in the words of the numerics contract (DESIGN.md):
   the 1-row call of that row (every M in 1..32, every position).
 - ``assert_deterministic``, ``assert_graph_equals_eager``: the same call gives the same bits, eager or
   replayed from a CUDA graph.
-- ``poison_allocator`` / ``poison_like`` / ``poisoned_empty``: an output element the kernel forgets to
-  write reads as NaN instead of as whatever the memory held (often zeros, which hide the bug).
+- ``poison_like`` / ``poisoned_empty``: NaN-filled tensors, so an output element a kernel forgets to
+  write reads as NaN instead of as whatever the memory held (often zeros, which hide the bug). The
+  ops' own outputs are poisoned with the knob QWEN38_POISON_OUTPUTS=1.
 - ``ulp_diff`` / ``ulp_histogram``: distance in units in the last place, the measure of the accuracy
   tests (max 1 ulp from the float64 evaluation rounded at the reference's rounding points).
 
@@ -26,7 +27,7 @@ import torch
 
 __all__ = [
     "devices", "randn_nonzero",
-    "poison_allocator", "poison_like", "poisoned_empty",
+    "poison_like", "poisoned_empty",
     "ulp_diff", "ulp_histogram", "assert_ulp_close", "assert_bitwise_equal",
     "run_opcheck", "assert_graph_equals_eager", "assert_row_invariant", "assert_row_invariant_at",
     "assert_deterministic",
@@ -60,9 +61,6 @@ def randn_nonzero(*shape: int, dtype: torch.dtype = torch.bfloat16, device="cpu"
 # 0xFF in every byte is a NaN in bf16, fp16, fp32, fp64, float8_e4m3fn and float8_e5m2, and -1 (or
 # the maximum) in the integer types: one fill poisons every dtype an op can return.
 _POISON_BYTE = 0xFF
-_SMALL_REQUEST = 1 << 20       # requests up to 1 MiB come from the allocator's small pool
-_LARGE_SEGMENT = 20 << 20      # the allocator cuts one 20 MiB segment for requests of 1-10 MiB
-_SEGMENT_ROUND = 2 << 20       # large segments are whole multiples of 2 MiB
 
 
 def _fill_poison(t: torch.Tensor) -> torch.Tensor:
@@ -86,72 +84,6 @@ def poison_like(t: torch.Tensor) -> torch.Tensor:
 def poisoned_empty(*size, dtype: torch.dtype = torch.float32, device=None, **kwargs) -> torch.Tensor:
     """``torch.empty(*size, ...)`` filled with NaN (0xFF bytes for types without NaN)."""
     return _fill_poison(torch.empty(*size, dtype=dtype, device=device, **kwargs))
-
-
-def _free_blocks(device_index: int, stream: int) -> list[tuple[str, int]]:
-    """(pool, size) of every cached, unused block of the default memory pool on (device, stream)."""
-    out = []
-    for seg in torch.cuda.memory_snapshot():
-        if seg.get("device") != device_index or seg.get("stream") != stream:
-            continue
-        if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0):  # a CUDA graph's private pool
-            continue
-        for b in seg["blocks"]:
-            if b["state"] == "inactive":
-                out.append((seg["segment_type"], b["size"]))
-    return out
-
-
-def poison_allocator(nbytes: int = 64 << 20, device=None, *, small_bytes: int = 8 << 20) -> int:
-    """Make every byte PyTorch's CUDA caching allocator will hand out next read as NaN (0xFF).
-
-    Functional ops allocate their own outputs, so they cannot be given a poisoned ``out``. Instead:
-    release the cached free segments (``empty_cache``), occupy every remaining free block of the
-    current stream (both the small pool, requests <= 1 MiB, and the large pool), add fresh headroom
-    (``nbytes`` in the large pool, ``small_bytes`` in the small pool), fill all of it with 0xFF and
-    free it again. The next allocations of up to that size reuse poisoned memory, so an output element
-    the kernel never writes shows up as NaN. Returns the number of bytes poisoned (0 on the CPU,
-    where there is nothing to do).
-
-    Assumes the default allocator configuration (no ``expandable_segments``); the suite checks that
-    the poisoning works (``torch.empty`` right after it reads NaN) on the machine it runs on.
-    """
-    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-    if device.type != "cuda":
-        return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    with torch.cuda.device(index):
-        stream = torch.cuda.current_stream().cuda_stream
-        torch.cuda.empty_cache()
-        held: list[torch.Tensor] = []
-
-        def take(size: int):
-            held.append(torch.empty(size, dtype=torch.uint8, device=device))
-
-        # Largest first with best-fit reuse: each request lands in a free block of exactly its size
-        # (none larger is left). A small-pool block over 1 MiB is taken in 1 MiB pieces, which may
-        # split a different block; the loop simply goes round again until nothing is free.
-        for _ in range(16):
-            free = _free_blocks(index, stream)
-            if not free:
-                break
-            for pool, size in sorted(free, key=lambda ps: -ps[1]):
-                if pool == "small":
-                    while size > 0:
-                        piece = min(size, _SMALL_REQUEST)
-                        take(piece)
-                        size -= piece
-                else:
-                    take(size)
-        # Headroom: a large request of >= 10 MiB gets a segment of exactly its 2 MiB-rounded size;
-        # two 1 MiB small requests fill one 2 MiB small segment.
-        large = max(_LARGE_SEGMENT, -(-int(nbytes) // _SEGMENT_ROUND) * _SEGMENT_ROUND)
-        take(large)
-        for _ in range(max(0, -(-int(small_bytes) // _SMALL_REQUEST))):
-            take(_SMALL_REQUEST)
-        total = sum(t.fill_(_POISON_BYTE).numel() for t in held)
-        held.clear()  # back to the cache (same stream: reusable at once, after the fills in order)
-    return total
 
 
 # ---- ulps and bits -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 - Hypothesis profile "gpu" (100 examples) when CUDA is available, else "ci" (15 examples, keeps the
   CPU run in CI short); HYPOTHESIS_PROFILE=<name> picks one explicitly.
 - QWEN38_STRICT_TABLES=1: a weight shape without a tile-table entry raises instead of warning.
+- QWEN38_POISON_OUTPUTS=1: every CUDA op output starts filled with NaN.
 - Tests marked `gpu` (and the "cuda" case of the `device` fixture) are skipped without CUDA.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from hypothesis import settings
 
 os.environ["QWEN38_STRICT_TABLES"] = "1"
+os.environ["QWEN38_POISON_OUTPUTS"] = "1"  # CUDA outputs start as NaN: unwritten elements show
 
 HAS_CUDA = torch.cuda.is_available()
 

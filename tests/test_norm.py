@@ -101,10 +101,6 @@ def _outs(o) -> tuple:
     return o if isinstance(o, tuple) else (o,)
 
 
-def _out_bytes(rows) -> int:
-    return 2 * sum(t.numel() * t.element_size() for t in rows)
-
-
 def _assert_within_1ulp_of_float64(op, got, rows, weight, zc, eps, tag):
     """<= 1 ulp from the float64 evaluation rounded at the reference's rounding points. For
     rms_norm_gated, whose intermediate n = round(x * r) may legitimately round either way where
@@ -129,7 +125,6 @@ def _check_accuracy(op, rows, weight, zc, eps, what):
     point: for rms_norm_gated two fp32 evaluations may sit on either side of a tie, which the
     float64 check above already covers)."""
     dev = rows[0].device
-    qt.poison_allocator(_out_bytes(rows), dev)
     got = _outs(_op(op, weight, zc, eps)(*rows))
     names = ["y", "residual_out"]
     assert len(got) == (2 if op == "add_rms_norm" else 1)
@@ -214,28 +209,15 @@ def test_rms_norm_gated_known_input_vs_float64(device):
 # ---- poisoned outputs ----------------------------------------------------------------------------
 
 
-@pytest.mark.gpu
-def test_poison_allocator_poisons_the_next_allocations():
-    """The helper itself: right after it, fresh allocations of every pool size read 0xFF bytes."""
-    qt.poison_allocator(64 << 20, "cuda")
-    held = [torch.empty(n, dtype=torch.uint8, device="cuda")
-            for n in (1, 100, 512, 4096, 100_000, 1 << 20, (1 << 20) + 1, 3 << 20, 40 << 20)]
-    for t in held:
-        assert bool((t == 0xFF).all()), f"a fresh {t.numel()}-byte allocation is not poisoned"
-    y = torch.empty(7, 256, dtype=torch.bfloat16, device="cuda")
-    assert bool(torch.isnan(y).all())
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_outputs_fully_written(op, device):
-    """Every output element is written: with the allocator poisoned (CUDA) the outputs hold no NaN,
+    """Every output element is written: outputs start as NaN (QWEN38_POISON_OUTPUTS=1) and hold none after,
     for aligned and misaligned rows, a tail of 1..7 elements and the long-row path."""
     for layout, h in [("rows", 5120), ("heads", 256), ("tail_slice", 7), ("offset", 1000),
                       ("odd_stride", 256), ("rows", 16383), ("rows", 129)]:
         for m in (1, 3, 32, 33):
             rows, w = _inputs(op, layout, m, h, torch.bfloat16, torch.float32, device, True, seed=m)
-            qt.poison_allocator(_out_bytes(rows), device)
             for k, o in enumerate(_outs(_op(op, w)(*rows))):
                 bad = torch.isnan(o)
                 assert not bad.any(), (f"{op} {layout} x {list(rows[0].shape)}: output {k} has "
@@ -578,7 +560,6 @@ def test_assert_helpers_catch_what_they_should():
     p = qt.poison_like(torch.zeros(3, 5, dtype=torch.bfloat16).t())
     assert p.stride() == (1, 5) and torch.isnan(p).all()
     assert (qt.poisoned_empty(4, dtype=torch.int32) == -1).all()
-    assert qt.poison_allocator(1 << 20, "cpu") == 0
     with pytest.raises(AssertionError, match="ulp histogram"):
         qt.assert_ulp_close(torch.tensor([1.0, 2.0], dtype=torch.bfloat16),
                             torch.tensor([1.0, 2.03125], dtype=torch.bfloat16), 1, "t")

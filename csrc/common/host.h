@@ -8,16 +8,16 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <limits>
 #include <cstring>
-#include <sstream>
 #include <string>
 
 namespace qwen38 {
 
 inline std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
 }
 
 inline const char* dtype_name(at::ScalarType t) {
@@ -101,6 +101,14 @@ inline bool knob_enabled(const char* name, bool dflt) {
   for (const char* off : {"0", "false", "no", "off", "False", "FALSE", "OFF", "NO"})
     if (std::strcmp(v, off) == 0) return false;
   return true;
+}
+
+// A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an
+// element the kernel forgets to write shows up instead of hiding behind whatever the memory held.
+inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (knob_enabled("QWEN38_POISON_OUTPUTS", false))
+    return at::full(sizes, std::numeric_limits<float>::quiet_NaN(), options);
+  return at::empty(sizes, options);
 }
 
 inline void check_launch(const char* op, cudaError_t err, const at::Tensor& on) {

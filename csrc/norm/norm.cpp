@@ -63,7 +63,7 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
                          bool zero_centered) {
   constexpr const char* op = "rms_norm";
   check_common(op, x, weight, eps);
-  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor y = new_output(x.sizes(), x.options());
   Params p = make_params(op, x, weight, eps, y);
   p.zero_centered = zero_centered;
   run(op, Kind::kRms, x, weight, p);
@@ -76,8 +76,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tensor& x, const 
   constexpr const char* op = "add_rms_norm";
   check_common(op, x, weight, eps);
   check_like(op, "residual", residual, "x", x);
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor h = at::empty(x.sizes(), x.options());
+  at::Tensor y = new_output(x.sizes(), x.options());
+  at::Tensor h = new_output(x.sizes(), x.options());
   Params p = make_params(op, x, weight, eps, y);
   p.residual = residual.data_ptr();
   p.res_stride = row_stride(op, "residual", residual);
@@ -92,7 +92,7 @@ at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate, cons
   constexpr const char* op = "rms_norm_gated";
   check_common(op, x, weight, eps);
   check_like(op, "gate", gate, "x", x);
-  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor y = new_output(x.sizes(), x.options());
   Params p = make_params(op, x, weight, eps, y);
   p.gate = gate.data_ptr();
   p.gate_stride = row_stride(op, "gate", gate);
