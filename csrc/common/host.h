@@ -7,12 +7,25 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace qwen38 {
+
+// Numbers in messages are formatted here (to_string / snprintf), never by streaming them into an
+// ostream: on the H200 machine's torch build, an ostream << integer inside an extension's error
+// message crashed the process (seen in the GPU tests), while strings and devices streamed fine.
+template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+inline std::string num(I v) { return std::to_string(v); }
+inline std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 inline std::string shape_str(at::IntArrayRef s) {
   std::string out = "[";
@@ -48,12 +61,12 @@ inline void check_activation(const char* op, const char* name, const at::Tensor&
 
 inline void check_same_device(const char* op, const char* name, const at::Tensor& t,
                               const char* like_name, const at::Tensor& like) {
-  TORCH_CHECK_VALUE(t.device() == like.device(), "qwen38.", op, ": ", name, " is on ", t.device(),
-                    " but ", like_name, " is on ", like.device());
+  TORCH_CHECK_VALUE(t.device() == like.device(), "qwen38.", op, ": ", name, " is on ", t.device().str(),
+                    " but ", like_name, " is on ", like.device().str());
 }
 
 inline void check_cuda(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK_VALUE(t.is_cuda(), "qwen38.", op, ": ", name, " is on ", t.device(),
+  TORCH_CHECK_VALUE(t.is_cuda(), "qwen38.", op, ": ", name, " is on ", t.device().str(),
                     " but the op runs on CUDA: move every tensor argument to one CUDA device");
 }
 
@@ -117,8 +130,8 @@ inline void check_launch(const char* op, cudaError_t err, const at::Tensor& on) 
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, on.device().index());
     TORCH_CHECK(false, "qwen38.", op, ": this build of qwen38_kernels has no kernel for ", prop.name,
-                " (sm_", prop.major, prop.minor, "); rebuild with TORCH_CUDA_ARCH_LIST including ",
-                prop.major, ".", prop.minor, "a (see README: building for another architecture)");
+                " (sm_", num(prop.major), num(prop.minor), "); rebuild with TORCH_CUDA_ARCH_LIST including ",
+                num(prop.major), ".", num(prop.minor), "a (see README: building for another architecture)");
   }
   TORCH_CHECK(false, "qwen38.", op, ": kernel launch failed: ", cudaGetErrorString(err));
 }

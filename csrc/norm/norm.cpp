@@ -24,16 +24,16 @@ void check_common(const char* op, const at::Tensor& x, const at::Tensor& weight,
                     "qwen38.", op, ": weight must be ", dtype_name(x.scalar_type()),
                     " (x's dtype) or torch.float32, got ", dtype_name(weight.scalar_type()));
   TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1), "qwen38.", op,
-                    ": weight must be 1-D with x.shape[-1] = ", x.size(-1),
+                    ": weight must be 1-D with x.shape[-1] = ", num(x.size(-1)),
                     " elements, got weight shape ", shape_str(weight.sizes()), " for x shape ",
                     shape_str(x.sizes()));
   TORCH_CHECK_VALUE(weight.numel() <= 1 || weight.stride(0) == 1, "qwen38.", op,
                     ": weight must be contiguous, got stride ", shape_str(weight.strides()));
   check_same_device(op, "weight", weight, "x", x);
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0, "qwen38.", op,
-                    ": eps must be a finite number >= 0, got ", eps);
+                    ": eps must be a finite number >= 0, got ", num(eps));
   TORCH_CHECK_VALUE(x.size(-1) <= kMaxHiddenElems, "qwen38.", op, ": the CUDA kernel takes rows of at most ",
-                    kMaxHiddenElems, " elements, got x.shape[-1] = ", x.size(-1), " (x shape ",
+                    num(kMaxHiddenElems), " elements, got x.shape[-1] = ", num(x.size(-1)), " (x shape ",
                     shape_str(x.sizes()), ")");
 }
 
