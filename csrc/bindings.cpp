@@ -18,6 +18,14 @@ TORCH_LIBRARY(qwen38, m) {
   // GDN output norm: n = round(x * rsqrt(mean(x^2) + eps)); m = weight * n (rounded when weight
   // has x's dtype); y = round(m * silu(gate)). x, gate [..., H]; weight [H].
   m.def("rms_norm_gated(Tensor x, Tensor gate, Tensor weight, float eps) -> Tensor");
+
+  // ---- gemm family (csrc/gemm/) -----------------------------------------------------------
+  // y = round(w_global * sum_k x[m,k] * e2m1[n,k] * fp32(w_scale[n,k/16]) + bias[n]): x [..., K]
+  // bf16/fp16; w_packed uint8 [N, K/2] (low nibble = even k); w_scale float8_e4m3fn [N, K/16];
+  // w_global fp32 one element (multiplier, ModelOpt); bias [N] or None; y [..., N] in out_dtype
+  // (default x's dtype; fp32 for an NVFP4 output head). Products exact, fp32 sum, one rounding.
+  m.def("nvfp4_linear(Tensor x, Tensor w_packed, Tensor w_scale, Tensor w_global, Tensor? bias=None, "
+        "ScalarType? out_dtype=None) -> Tensor");
 }
 
 namespace {

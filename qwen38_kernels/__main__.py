@@ -16,15 +16,15 @@ import torch
 
 def _bench_summary(quick: bool = True) -> dict:
     from . import bench
-    from .ops import add_rms_norm, rms_norm, rms_norm_gated
+    from .ops import add_rms_norm, nvfp4_linear, rms_norm, rms_norm_gated
 
     ceiling = bench.measure_read_ceiling()
     rows = []
 
-    def run(op, shape, m, fn, make, nbytes):
+    def run(op, shape, m, fn, make, nbytes, n=None, k=None):
         copies = bench.rotating_copies(make, nbytes)
         us = bench.time_calls(fn, copies)
-        rows.append(bench.Record.from_timing(op, "qwen38", shape, None, None, m, us, nbytes, ceiling))
+        rows.append(bench.Record.from_timing(op, "qwen38", shape, n, k, m, us, nbytes, ceiling))
 
     def r(*shape, dtype=torch.bfloat16):
         return torch.randn(*shape, device="cuda", dtype=dtype)
@@ -36,6 +36,17 @@ def _bench_summary(quick: bool = True) -> dict:
             lambda i: (r(m, 5120), r(m, 5120), r(5120)), (4 * m + 1) * 5120 * 2)
         run("rms_norm_gated", f"{m}x48x128", m, lambda x, g, w: rms_norm_gated(x, g, w),
             lambda i: (r(m, 48, 128), r(m, 48, 128), r(128)), (3 * m * 48 + 1) * 128 * 2)
+    def nvfp4_args(n, k, m):
+        # timing needs valid codes and scales, not a quantized matrix: random bytes, scales 2^-6..2^1
+        packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+        scale = (2.0 ** torch.randint(-6, 2, (n, k // 16), device="cuda").float()).to(torch.float8_e4m3fn)
+        return (r(m, k), packed, scale, torch.tensor(1e-3, device="cuda"))
+
+    for n, k in ((34816, 5120), (5120, 17408), (1024, 5120)):
+        for m in (1, 32):
+            nbytes = n * k // 2 + n * k // 16 + 2 * m * (k + n)
+            run("nvfp4_linear", f"{n}x{k}", m, lambda x, p, s, g: nvfp4_linear(x, p, s, g),
+                lambda i, n=n, k=k, m=m: nvfp4_args(n, k, m), nbytes, n, k)
     return {"ceiling_GBps": float(ceiling), "ceiling_method": ceiling.method,
             "records": [dataclasses.asdict(x) for x in rows]}
 

@@ -132,6 +132,50 @@ def _norm_cpu():
     return _norm_check("cpu")
 
 
+# ---- gemm family ---------------------------------------------------------------------------------
+def _nvfp4_check(device: str) -> CheckResult:
+    """nvfp4_linear at model shapes, 1 and 32 rows: within the fp32 accumulation bound of the float64
+    evaluation (K * 2^-23 * sum|x w| * |global|, plus one ulp of the bf16 output) and, on CUDA, every
+    row of the 32-row call equal to its 1-row call."""
+    from . import formats
+    lines, ok, worst = [], True, 0.0
+    for n, k in ((1024, 5120), (48, 5120), (5120, 6144)):
+        w = (torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16)
+        qw = formats.quantize_nvfp4(w)
+        wd = formats.dequantize_nvfp4(qw, torch.float64)
+        for m in (1, 32):
+            x = _randn(m, k)
+            args = (x, qw.packed, qw.scale, qw.global_scale)
+            dev_args = tuple(a.to(device) for a in args)
+            y = torch.ops.qwen38.nvfp4_linear(*dev_args).cpu().to(torch.float64)
+            y64 = ref.nvfp4_linear(*args, None, torch.float32, acc_dtype=torch.float64).to(torch.float64)
+            bound = k * 2.0 ** -23 * (x.to(torch.float64).abs() @ wd.abs().t()) + y64.abs() * 2.0 ** -8
+            excess = float(((y - y64).abs() / bound.clamp_min(1e-30)).max())
+            worst = max(worst, excess)
+            if excess > 1.0:
+                ok = False
+                lines.append(f"{n}x{k} M={m}: error {excess:.2f}x the bound")
+            if device == "cuda" and m > 1:
+                full = torch.ops.qwen38.nvfp4_linear(*dev_args)
+                for r in (0, m - 1):
+                    one = torch.ops.qwen38.nvfp4_linear(dev_args[0][r:r + 1], *dev_args[1:])
+                    if not torch.equal(one.view(torch.int16), full[r:r + 1].view(torch.int16)):
+                        ok = False
+                        lines.append(f"{n}x{k}: row {r} of {m} differs from its 1-row call")
+    detail = f"6 cases, worst error {worst:.2f} of the fp32 bound" + ("; " + "; ".join(lines) if lines else "")
+    return CheckResult("nvfp4_linear", device, ok, detail)
+
+
+@register("nvfp4_linear (skinny, 1-32 rows)", "cuda")
+def _nvfp4_cuda():
+    return _nvfp4_check("cuda")
+
+
+@register("nvfp4_linear CPU path (reference)", "cpu")
+def _nvfp4_cpu():
+    return _nvfp4_check("cpu")
+
+
 @register("tile tables", "cpu")
 def _tables():
     from . import tables

@@ -1,4 +1,5 @@
 """Public op wrappers, one module per family."""
+from .gemm import nvfp4_linear
 from .norm import add_rms_norm, rms_norm, rms_norm_gated
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear"]

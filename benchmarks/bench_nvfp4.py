@@ -1,0 +1,287 @@
+"""Benchmark the NVFP4 weight GEMM against its peers on the GPU, in one run.
+
+    python benchmarks/bench_nvfp4.py [--quick] [--out benchmarks/results/<gpu>/]
+
+Op and shapes: ``torch.ops.qwen38.nvfp4_linear(x, w_packed, w_scale, w_global)``, x bf16 [M, K],
+W [N, K] for every weight of a Qwen3.8-27B decode step (MODEL.md's weight table, fused and unfused),
+M = 1..32 rows (decode and speculative verify). Random weights: one bf16 matrix per shape, quantized
+once on the GPU with ``formats.quantize_nvfp4``; the rotating copies are clones of it.
+Providers:
+  qwen38          the op, bf16 output
+  cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (the bar to beat)
+  tinygemm int4   ``torch._weight_int4pack_mm``, group 128 (asymmetric int4, bf16 scales and zeros),
+                  on random codes; skipped with a note in the meta when this torch cannot run it
+  dequant+matmul  ``F.linear(x, formats.dequantize_nvfp4(w, bf16))`` with the dequantization inside
+                  the timed call: what a user writes first
+bytes = the least a call must read plus write: the weight as its provider stores it (NVFP4: codes +
+e4m3 block scales + the fp32 global scale; bf16: 2 N K; int4: codes + bf16 scales and zeros), the
+activations and the bf16 output. dequant+matmul is charged the NVFP4 bytes although it moves far more.
+Writes nvfp4.json / nvfp4.meta.json / nvfp4.md / nvfp4.png (qwen38_kernels.bench.write_results).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from qwen38_kernels import bench, formats  # the package import registers torch.ops.qwen38
+
+OP = "nvfp4_linear"
+DEVICE = "cuda"
+DTYPE = torch.bfloat16
+ES = 2                     # bytes per bf16 element
+ROWS = (1, 2, 4, 8, 16, 24, 32)
+QUICK_ROWS = (1, 16, 32)
+INT4_GROUP = 128           # tinygemm group size along K
+INT4_INNER_K_TILES = 8     # tinygemm packing parameter (K must be a multiple of 16 x this)
+QUANT_CHUNK_ROWS = 4096    # rows quantized at a time on the GPU (bounds the quantizer's temporaries)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One weight W [N, K] of the decode step, ``label`` the tensor(s) it stands for."""
+    N: int
+    K: int
+    label: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.N}x{self.K} {self.label}"
+
+
+# MODEL.md, "Weights one decode step reads", fused and unfused, largest first.
+SHAPES = (
+    Shape(34816, 5120, "gate+up"),
+    Shape(17408, 5120, "gate or up"),
+    Shape(5120, 17408, "down"),
+    Shape(16384, 5120, "gdn qkv+z"),
+    Shape(14336, 5120, "attn q+k+v"),
+    Shape(12288, 5120, "attn q(+gate)"),
+    Shape(10240, 5120, "gdn qkv"),
+    Shape(6144, 5120, "gdn z"),
+    Shape(5120, 6144, "o_proj/out_proj"),
+    Shape(1024, 5120, "attn k or v"),
+    Shape(96, 5120, "gdn b+a"),
+    Shape(48, 5120, "gdn b or a"),
+)
+
+
+# ---- bytes ---------------------------------------------------------------------------------------
+def nvfp4_weight_bytes(n: int, k: int) -> int:
+    """E2M1 codes (half a byte each), e4m3 block scales (one per 16 k) and the fp32 global scale."""
+    return n * k // 2 + n * (k // formats.NVFP4_BLOCK) + 4
+
+
+def bf16_weight_bytes(n: int, k: int) -> int:
+    return ES * n * k
+
+
+def int4_weight_bytes(n: int, k: int, group: int = INT4_GROUP) -> int:
+    """tinygemm: int4 codes (half a byte each) and a bf16 (scale, zero) pair per group of k per row."""
+    return n * k // 2 + (k // group) * n * 2 * ES
+
+
+def activation_bytes(m: int, n: int, k: int) -> int:
+    """x bf16 [M, K] read plus y bf16 [M, N] written."""
+    return ES * m * k + ES * m * n
+
+
+# ---- providers -----------------------------------------------------------------------------------
+def _qwen38(x, p, s, g):
+    return torch.ops.qwen38.nvfp4_linear(x, p, s, g)
+
+
+def _cublas(x, w):
+    return F.linear(x, w)
+
+
+def _tinygemm(x, w_int4, scales_and_zeros):
+    return torch._weight_int4pack_mm(x, w_int4, INT4_GROUP, scales_and_zeros)
+
+
+def _dequant_matmul(x, p, s, g):
+    return F.linear(x, formats.dequantize_nvfp4(formats.NVFP4Weight(p, s, g), DTYPE))
+
+
+@dataclass
+class Provider:
+    """``fn(x, *weights)`` is the timed call; ``weights`` the master tensors of a shape (built once,
+    cloned for the rotating copies); ``weight_bytes(N, K)`` what the call reads of the weight."""
+    name: str
+    fn: Callable
+    weight_bytes: Callable[[int, int], int]
+    min_calls: int = 200
+
+
+PROVIDERS = (
+    Provider("qwen38", _qwen38, nvfp4_weight_bytes),
+    Provider("cuBLAS bf16", _cublas, bf16_weight_bytes),
+    Provider("tinygemm int4", _tinygemm, int4_weight_bytes),
+    # milliseconds a call: 20 calls a graph already hide the launches, and keep the sweep short
+    Provider("dequant+matmul", _dequant_matmul, nvfp4_weight_bytes, min_calls=20),
+)
+
+
+def record_bytes(provider: str, m: int, n: int, k: int) -> int:
+    """Bytes one call of ``provider`` must read plus write (what GB/s is computed from)."""
+    by_name = {p.name: p for p in PROVIDERS}
+    return by_name[provider].weight_bytes(n, k) + activation_bytes(m, n, k)
+
+
+def touched_bytes(provider: str, m: int, n: int, k: int) -> int:
+    """Bytes of one rotating copy a call reads (weight + activations): they decide the copy count."""
+    by_name = {p.name: p for p in PROVIDERS}
+    return by_name[provider].weight_bytes(n, k) + ES * m * k
+
+
+def work(quick: bool = False) -> list[tuple[Shape, int]]:
+    """Every (shape, rows) of the sweep, shapes in table order."""
+    rows = QUICK_ROWS if quick else ROWS
+    return [(s, m) for s in SHAPES for m in rows]
+
+
+# ---- weights -------------------------------------------------------------------------------------
+def _quantize_on_gpu(w: torch.Tensor) -> tuple[formats.NVFP4Weight, str]:
+    """``formats.quantize_nvfp4`` on the GPU, in row chunks with the global scale of the whole matrix
+    (every other step is local to a row, so the result is that of one call). Falls back to the CPU."""
+    try:
+        amax = w.float().abs().amax()
+        g = (amax / (formats.E2M1_MAX * formats.E4M3_MAX)).reshape(())
+        g = torch.where(g > 0, g, torch.ones_like(g)).to(torch.float32)
+        parts = [formats.quantize_nvfp4(w[r:r + QUANT_CHUNK_ROWS], g)
+                 for r in range(0, w.shape[0], QUANT_CHUNK_ROWS)]
+        q = formats.NVFP4Weight(torch.cat([p.packed for p in parts]), torch.cat([p.scale for p in parts]),
+                                g.contiguous()).validate()
+        return q, f"quantized on {w.device} in chunks of {QUANT_CHUNK_ROWS} rows"
+    except Exception as e:  # a torch without some op on CUDA: the (slow) CPU quantizer
+        c = formats.quantize_nvfp4(w.cpu())
+        q = formats.NVFP4Weight(c.packed.to(w.device), c.scale.to(w.device), c.global_scale.to(w.device))
+        return q, f"quantized on the CPU (GPU quantizer failed: {type(e).__name__}: {e})"
+
+
+def _int4_weights(n: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """tinygemm's packed weight from random codes (uint8 [N, K/2], two 4-bit codes a byte) and
+    bf16 scales and zeros [K/128, N, 2]."""
+    codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=device)
+    w_int4 = torch._convert_weight_to_int4pack(codes, INT4_INNER_K_TILES)
+    sz = torch.empty(k // INT4_GROUP, n, 2, dtype=DTYPE, device=device)
+    sz[..., 0].uniform_(0.5 / 8, 1.5 / 8)   # scales
+    sz[..., 1].uniform_(-1.0, 1.0)          # zeros
+    return w_int4, sz
+
+
+def build_weights(shape: Shape) -> tuple[dict[str, tuple], dict[str, str]]:
+    """Master weight tensors per provider on the GPU, and notes (how the NVFP4 weight was made,
+    why a provider is skipped for this shape: the key "skip:<provider>")."""
+    n, k = shape.N, shape.K
+    w = torch.randn(n, k, dtype=DTYPE, device=DEVICE) * (k ** -0.5)
+    q, how = _quantize_on_gpu(w)
+    nv = (q.packed, q.scale, q.global_scale)
+    weights = {"qwen38": nv, "cuBLAS bf16": (w,), "dequant+matmul": nv}
+    notes = {"nvfp4": how}
+    try:
+        w_int4, sz = _int4_weights(n, k, w.device)
+        _tinygemm(torch.randn(1, k, dtype=DTYPE, device=DEVICE), w_int4, sz)
+        if w.is_cuda:
+            torch.cuda.synchronize(w.device)  # an asynchronous launch error surfaces here
+        weights["tinygemm int4"] = (w_int4, sz)
+    except Exception as e:  # not supported by this torch / device: no peer, a note
+        notes["skip:tinygemm int4"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return weights, notes
+
+
+def _copy(master: tuple, i: int) -> tuple:
+    """Copy ``i`` of a provider's weights: copy 0 is the master itself, the others GPU clones."""
+    return master if i == 0 else tuple(t.clone() for t in master)
+
+
+# ---- the sweep -----------------------------------------------------------------------------------
+def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.Record], dict]:
+    """Time every (shape, rows, provider); returns the records and the meta (ceilings, failures,
+    skipped providers). ``ceiling``: a read ceiling already measured in this process (else it is
+    measured first)."""
+    meta: dict = {}
+    if ceiling is None:
+        ceiling = bench.measure_read_ceiling()
+    meta["ceiling_GBps"] = round(float(ceiling), 1)
+    meta["ceiling_method"] = getattr(ceiling, "method", "given by the caller")
+    copy = bench.measure_copy_ceiling()
+    meta.update(copy_GBps=round(float(copy), 1), copy_method=copy.method)
+    print(f"read ceiling {ceiling:.0f} GB/s, copy {copy:.0f} GB/s", file=sys.stderr)
+
+    meta["rows"] = list(QUICK_ROWS if quick else ROWS)
+    meta["shapes"] = [s.name for s in SHAPES]
+    meta["int4"] = (f"torch._weight_int4pack_mm, group {INT4_GROUP}, innerKTiles {INT4_INNER_K_TILES}, "
+                    "random codes and bf16 scales/zeros")
+    records, failures, skipped, quant = [], [], [], []
+    torch.manual_seed(0)
+    current: Shape | None = None
+    weights: dict[str, tuple] = {}
+    for shape, m in bench.progress(work(quick), "bench_nvfp4"):
+        if shape != current:
+            weights = {}
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            weights, notes = build_weights(shape)
+            current = shape
+            quant.append(f"{shape.name}: {notes['nvfp4']}")
+            skipped += [f"{shape.name} {key[5:]}: {why}" for key, why in notes.items()
+                        if key.startswith("skip:")]
+        n, k = shape.N, shape.K
+        for prov in PROVIDERS:
+            master = weights.get(prov.name)
+            if master is None:
+                continue  # skipped for this shape (noted once above)
+            base: list[tuple] = []
+            try:
+                base = bench.rotating_copies(
+                    lambda i: (torch.randn(m, k, dtype=DTYPE, device=DEVICE), *_copy(master, i)),
+                    touched_bytes(prov.name, m, n, k))
+                copies = len(base)
+                us = bench.time_calls(prov.fn, base, min_calls=prov.min_calls)
+            except Exception as e:  # one broken provider must not lose the rest of the sweep
+                why = (str(e).splitlines() or [""])[0][:500]
+                failures.append(f"{OP} {shape.name} M={m} {prov.name}: {type(e).__name__}: {why}")
+                print(f"\nFAILED {failures[-1]}", file=sys.stderr)
+                continue
+            finally:
+                base = []  # free the copies before the next provider builds its own
+            records.append(bench.Record.from_timing(OP, prov.name, shape.name, n, k, m, us,
+                                                    record_bytes(prov.name, m, n, k), ceiling,
+                                                    note=f"{copies} rotating copies"))
+    del weights
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    meta["nvfp4_weights"] = quant
+    if skipped:
+        meta["skipped"] = skipped
+    if failures:
+        meta["failures"] = failures
+    return records, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=None,
+                   help="result folder (default: benchmarks/results/<gpu> beside this script)")
+    p.add_argument("--quick", action="store_true", help=f"rows {QUICK_ROWS} only")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_nvfp4 needs a CUDA device", file=sys.stderr)
+        return 2
+    out = args.out or Path(__file__).resolve().parent / "results" / bench.gpu_name()
+    records, meta = run(quick=args.quick)
+    meta["quick"] = args.quick
+    print(bench.short_table(records))
+    for path in bench.write_results(records, "nvfp4", out, meta):
+        print(f"wrote {path}")
+    return 1 if "failures" in meta else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

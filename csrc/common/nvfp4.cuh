@@ -1,0 +1,118 @@
+// NVFP4 decode: e2m1 nibbles and e4m3 block scales -> exact 16-bit products for mma operands.
+// Torch-free. The bit-placement helpers are __host__ __device__ so a host test can check all 256
+// byte values (tests/test_nvfp4_decode.py builds csrc/common/nvfp4_decode_check.cpp).
+//
+// e2m1 nibble: bit 3 sign, bits 2:0 = (e1 e0 m) indexing {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+// (exponent bias 1, one mantissa bit, e = 0 subnormal). In a packed byte the LOW nibble is the
+// element with the lower k.
+//
+// Software decode (sm_90a, which has no e2m1 conversion): place the sign at bit 15 and the three
+// magnitude bits at the bottom of the exponent field and the top of the mantissa of a 16-bit
+// float. Exponent field e and mantissa bit m then encode 2^(e - bias) * (1 + m/2), or the
+// subnormal 2^(1 - bias) * m/2 when e = 0: the e2m1 value times 2^(1 - bias) exactly, zero included.
+//
+//   fp16  (bias 15): s eeeee mmmmmmmmmm   magnitude at bits 11:9  -> value * 2^-14
+//   bf16  (bias 127): s eeeeeeee mmmmmmm  magnitude at bits 8:6   -> value * 2^-126
+//
+// The 2^14 (2^126) is put back together with the block scale in two exact multiplies
+// (raw * 2^7) * (scale * 2^7) (bf16: 2^63 twice), so no intermediate overflows (scale <= 448) or
+// leaves the normal range. Every e2m1 x e4m3 product has at most 6 significant bits: exact in
+// fp16 (range 2^-10 .. 2688) and in bf16.
+// Hardware decode (sm_100a/sm_120a/sm_121a): cvt.rn.f16x2.e2m1x2 (one F2FP.F16.E2M1.UNPACK_B per
+// byte) yields the same values; the products are identical bit for bit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace qwen38::nvfp4 {
+
+// Two e2m1 nibbles of `byte` (bits 7:0) as fp16x2 bit patterns (low nibble in the low half),
+// each equal to the e2m1 value times 2^-14.
+__host__ __device__ __forceinline__ uint32_t e2m1x2_raw_f16(uint32_t byte) {
+  const uint32_t t = byte | (byte << 12);  // low nibble at bits 3:0, high nibble at bits 19:16
+  return ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+}
+
+// The same as bf16x2 bit patterns, each equal to the e2m1 value times 2^-126.
+__host__ __device__ __forceinline__ uint32_t e2m1x2_raw_bf16(uint32_t byte) {
+  const uint32_t t = byte | (byte << 12);
+  return ((t & 0x00070007u) << 6) | ((t & 0x00080008u) << 12);
+}
+
+// QWEN38_HW_E2M1: compiling device code for an arch-specific target with the e2m1 conversion.
+#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || \
+    defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL)
+#define QWEN38_HW_E2M1 1
+#endif
+
+__device__ __forceinline__ uint32_t as_u32(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ __nv_bfloat162 as_b2(uint32_t v) { return *reinterpret_cast<__nv_bfloat162*>(&v); }
+
+// Two e4m3 scale bytes (low byte first) -> fp16x2 (exact: e4m3 is a subset of fp16).
+__device__ __forceinline__ __half2 e4m3x2_to_h2(uint16_t two) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(two));
+  return as_h2(r);
+}
+
+// Per-block multiplier for the decode below: scale * 2^7 (fp16) or scale * 2^63 (bf16) in both
+// halves, from one e4m3 scale already in fp16. Exact.
+template <typename T> struct ScaleOf;
+template <> struct ScaleOf<__half> {
+  using T2 = __half2;
+  static __device__ __forceinline__ T2 make(__half s) {
+#ifdef QWEN38_HW_E2M1
+    return __half2half2(s);  // the hardware decode gives true values: multiply by the scale alone
+#else
+    return __hmul2(__half2half2(s), __float2half2_rn(128.0f));  // 2^7
+#endif
+  }
+};
+template <> struct ScaleOf<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ T2 make(__half s) {
+    const float f = __half2float(s);  // exact
+#ifdef QWEN38_HW_E2M1
+    return __float2bfloat162_rn(f);
+#else
+    return __float2bfloat162_rn(f * 9.2233720368547758e18f);  // * 2^63, exact in fp32 and bf16
+#endif
+  }
+};
+
+// Byte of two e2m1 -> the 16-bit pair (low nibble in the low half) times the block scale `s2`
+// (as made by ScaleOf<T>::make), exactly e2m1 * scale.
+template <typename T>
+__device__ __forceinline__ uint32_t decode_scaled(uint32_t byte, typename ScaleOf<T>::T2 s2);
+
+template <>
+__device__ __forceinline__ uint32_t decode_scaled<__half>(uint32_t byte, __half2 s2) {
+#ifdef QWEN38_HW_E2M1
+  uint32_t h;
+  asm("{\n .reg .b8 b;\n cvt.u8.u32 b, %1;\n cvt.rn.f16x2.e2m1x2 %0, b;\n}" : "=r"(h) : "r"(byte));
+  return as_u32(__hmul2(as_h2(h), s2));
+#else
+  const __half2 raw = as_h2(e2m1x2_raw_f16(byte));
+  return as_u32(__hmul2(__hmul2(raw, __float2half2_rn(128.0f)), s2));  // (v 2^-14 * 2^7) * (s 2^7)
+#endif
+}
+
+template <>
+__device__ __forceinline__ uint32_t decode_scaled<__nv_bfloat16>(uint32_t byte, __nv_bfloat162 s2) {
+#ifdef QWEN38_HW_E2M1
+  uint32_t h;
+  asm("{\n .reg .b8 b;\n cvt.u8.u32 b, %1;\n cvt.rn.f16x2.e2m1x2 %0, b;\n}" : "=r"(h) : "r"(byte));
+  const float2 f = __half22float2(as_h2(h));  // exact
+  return as_u32(__hmul2(__floats2bfloat162_rn(f.x, f.y), s2));
+#else
+  const __nv_bfloat162 raw = as_b2(e2m1x2_raw_bf16(byte));
+  const __nv_bfloat162 k63 = __float2bfloat162_rn(9.2233720368547758e18f);  // 2^63
+  return as_u32(__hmul2(__hmul2(raw, k63), s2));  // (v 2^-126 * 2^63) * (s 2^63)
+#endif
+}
+
+}  // namespace qwen38::nvfp4

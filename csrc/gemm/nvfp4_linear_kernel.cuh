@@ -1,0 +1,141 @@
+// nvfp4_linear, skinny path (1..32 rows): y = round(global * sum_k x[m,k] * W[n,k] + bias[n]),
+// W[n,k] = e2m1[n,k] * e4m3 scale[n, k/16]. Reference: qwen38_kernels/reference/gemm.py.
+//
+// Tensors: x [M, K] bf16/fp16 (row stride x_stride); w [N, K/2] uint8 (low nibble = even k);
+// scale [N, K/16] e4m3; global fp32 [1]; bias [N] or none; y [M, N] (bf16/fp16/fp32), contiguous.
+//
+// Weights are the mma B operand (8 weight rows per m16n8k16), activations the A operand (16 rows per
+// mma; 17..32 rows use a second A tile against the same B registers). Each thread loads 16 bytes
+// (32 k) of one weight row with one vector load and decodes them in registers straight into B
+// fragments, nothing through shared memory:
+//
+//   warp step (128 k):  thread (g, t) holds W[n0 + g][k0 + 32t .. k0 + 32t + 31]  (16 bytes)
+//   mma j = 0..7 uses bytes 2j and 2j+1 of that chunk, i.e. k = k0 + 32t + 4j + {0,1 | 2,3}:
+//       b0 = (4j, 4j+1) -> logical k slots (2t, 2t+1);  b1 = (4j+2, 4j+3) -> slots (2t+8, 2t+9)
+//   and the A fragments take x at the same k: a0/a2 = x[row][k0 + 32t + 4j + {0,1} / {2,3}]
+//   (rows g and g+8), i.e. 32 consecutive x of a row per thread per step.
+// The dot product is the same sum over k in a fixed permuted order: the permutation, the k split
+// across warps (contiguous ranges, kSplit warps per block) and the fixed-order sum of the warps'
+// partials in shared memory depend on (N, K) only, never on M: row invariance.
+// The fp32 sum of each row is multiplied by the global scale, the bias is added in fp32, one rounding.
+#pragma once
+
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"
+#include "common/pdl.cuh"
+#include "common/vec.cuh"
+#include "gemm/nvfp4_linear_launch.h"
+
+namespace qwen38::gemm {
+
+constexpr int kStepK = 128;  // k per warp step: 4 threads x 32
+
+template <typename O>
+__device__ __forceinline__ void store_out(void* y, int64_t idx, float v) {
+  static_cast<O*>(y)[idx] = from_f32<O>(v);
+}
+
+__device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) {
+  if (dtype == 2) return static_cast<const float*>(b)[n];
+  if (dtype == 1) return __half2float(static_cast<const __half*>(b)[n]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[n]);
+}
+
+// T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block.
+template <typename T, typename O, int MT, int KSPLIT>
+__global__ void __launch_bounds__(32 * KSPLIT, 1) nvfp4_skinny_kernel(const Nvfp4Params p) {
+  using S = nvfp4::ScaleOf<T>;
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * 8;
+  const int64_t n = n0 + g;
+  const bool n_ok = n < p.n;
+  const int64_t steps = (p.k + kStepK - 1) / kStepK;
+  const int64_t s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
+
+  const uint8_t* __restrict__ wrow = p.w + (n_ok ? n : 0) * (p.k / 2);
+  const uint8_t* __restrict__ srow = p.scale + (n_ok ? n : 0) * (p.k / 16);
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+
+  pdl_wait();
+  pdl_allow();
+
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[mt][i] = 0.0f;
+
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
+    const bool ok = n_ok && kc < p.k;        // K % 32 == 0: a chunk is all in or all out
+    uint4 wq = make_uint4(0, 0, 0, 0);
+    uint16_t sc = 0;
+    if (ok) {
+      wq = __ldg(reinterpret_cast<const uint4*>(wrow + kc / 2));
+      sc = __ldg(reinterpret_cast<const unsigned short*>(srow + kc / 16));
+    }
+    const __half2 sh = nvfp4::e4m3x2_to_h2(sc);
+    const typename S::T2 s_lo = S::make(__low2half(sh)), s_hi = S::make(__high2half(sh));
+
+    // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row
+    uint32_t xa[2 * MT][16];
+#pragma unroll
+    for (int h = 0; h < 2 * MT; ++h) {
+      const int64_t row = g + 8 * h;
+      if (kc < p.k && row < p.m) {
+        const uint4* src = reinterpret_cast<const uint4*>(x + row * p.x_stride + kc);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint4 v = src[q];
+          xa[h][4 * q + 0] = v.x; xa[h][4 * q + 1] = v.y; xa[h][4 * q + 2] = v.z; xa[h][4 * q + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) xa[h][q] = 0u;
+      }
+    }
+
+    const uint32_t wr[4] = {wq.x, wq.y, wq.z, wq.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t word = wr[j / 2];
+      const int shift = 16 * (j % 2);  // bytes 2j, 2j+1 of the chunk
+      const auto& s2 = j < 4 ? s_lo : s_hi;  // k block of 16: bytes 0..7 and 8..15
+      const uint32_t b0 = nvfp4::decode_scaled<T>((word >> shift) & 0xffu, s2);
+      const uint32_t b1 = nvfp4::decode_scaled<T>((word >> (shift + 8)) & 0xffu, s2);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t a[4] = {xa[2 * mt][2 * j], xa[2 * mt + 1][2 * j], xa[2 * mt][2 * j + 1],
+                               xa[2 * mt + 1][2 * j + 1]};
+        mma_16816<T>(acc[mt], a, b0, b1);
+      }
+    }
+  }
+
+  // ---- partials of the KSPLIT warps, added in warp order (0 + p0 + p1 + ...); epilogue ----
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
+    partial[warp][mt * 16 + g][2 * t + 1] = acc[mt][1];
+    partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
+    partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
+  }
+  __syncthreads();
+  const float gscale = *p.global;
+  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
+    const int r = idx / 8, c = idx % 8;
+    const int64_t nn = n0 + c;
+    if (r >= p.m || nn >= p.n) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
+    float v = sum * gscale;  // global scale on the fp32 sum
+    if (p.bias != nullptr) v += load_bias(p.bias, p.bias_dtype, nn);
+    store_out<O>(p.y, int64_t(r) * p.n + nn, v);  // the one rounding
+  }
+}
+
+}  // namespace qwen38::gemm

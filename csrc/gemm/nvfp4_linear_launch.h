@@ -1,0 +1,31 @@
+// Torch-free interface between the nvfp4_linear host launcher and its kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace qwen38::gemm {
+
+enum class Act : int { kBF16 = 0, kF16 = 1 };
+enum class Out : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+struct Nvfp4Params {
+  const void* x = nullptr;         // [M, K] bf16/fp16, row stride x_stride (elements), last dim contiguous
+  const uint8_t* w = nullptr;      // [N, K/2] packed e2m1, low nibble = even k, contiguous
+  const uint8_t* scale = nullptr;  // [N, K/16] e4m3 block scales, row-major, contiguous
+  const float* global = nullptr;   // [1] fp32 multiplier (device memory: graph safe, no host read)
+  const void* bias = nullptr;      // [N] bf16/fp16/fp32 or null
+  void* y = nullptr;               // [M, N] contiguous, out dtype
+  int64_t m = 0, n = 0, k = 0, x_stride = 0;
+  int bias_dtype = 0;              // 0 bf16, 1 fp16, 2 fp32 (when bias != null)
+};
+
+// Rows this kernel serves in one launch (1..kSkinnyMaxRows).
+constexpr int64_t kSkinnyMaxRows = 32;
+
+// Warps per block that split K (a function of N and K only; see nvfp4_linear_kernel.cuh).
+int skinny_k_split(int64_t n, int64_t k);
+
+cudaError_t launch_nvfp4_skinny(Act act, Out out, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
+
+}  // namespace qwen38::gemm

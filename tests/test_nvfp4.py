@@ -1,0 +1,230 @@
+"""nvfp4_linear (torch.ops.qwen38.nvfp4_linear): the CUDA skinny path (1..32 rows) against the
+reference, bit-level decode, row invariance, graphs, determinism and bad input.
+
+CPU: the software e2m1 decode of csrc/common/nvfp4.cuh (compiled as a host program), opcheck and
+the checks of the reference (the formats and the reference itself: tests/test_formats.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import qwen38_kernels as q
+from qwen38_kernels import formats
+from qwen38_kernels import testing as qt
+from qwen38_kernels.reference import gemm as ref
+
+OPS = torch.ops.qwen38
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _e2m1(nib: int) -> float:
+    v = E2M1[nib & 7]
+    return -v if nib & 8 else v
+
+
+def _f16(bits: int) -> float:
+    return struct.unpack("<e", struct.pack("<H", bits))[0]
+
+
+def _bf16(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+
+# ---- the software decode, on the host --------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_software_e2m1_decode_every_byte(tmp_path):
+    exe = tmp_path / "decode"
+    subprocess.run(["nvcc", "-std=c++17", "-I", os.path.join(ROOT, "csrc"),
+                    os.path.join(ROOT, "tests", "native", "nvfp4_decode_check.cu"), "-o", str(exe)],
+                   check=True, capture_output=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    rows = [ln.split() for ln in lines if ln.strip()]
+    assert len(rows) == 256
+    for b, f16, bf16 in rows:
+        b, f16, bf16 = int(b), int(f16, 16), int(bf16, 16)
+        lo, hi = _e2m1(b & 15), _e2m1(b >> 4)
+        assert _f16(f16 & 0xFFFF) * 2.0 ** 14 == lo and _f16(f16 >> 16) * 2.0 ** 14 == hi, f"fp16 byte {b:#04x}"
+        assert _bf16(bf16 & 0xFFFF) * 2.0 ** 126 == lo and _bf16(bf16 >> 16) * 2.0 ** 126 == hi, f"bf16 byte {b:#04x}"
+        # sign of zero kept: 0x8 is -0
+        if b & 15 == 8:
+            assert f16 & 0x8000 and bf16 & 0x8000
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _weight(n: int, k: int, device, seed: int = 0, scale: float = 0.05) -> formats.NVFP4Weight:
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * scale).to(torch.bfloat16)
+    qw = formats.quantize_nvfp4(w)
+    return formats.NVFP4Weight(qw.packed.to(device), qw.scale.to(device), qw.global_scale.to(device))
+
+
+def _call(x, w: formats.NVFP4Weight, bias=None, out_dtype=None):
+    return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
+
+
+def _error_bound(x, w: formats.NVFP4Weight, bias, out_dtype):
+    """|y - y64| allowed: one ulp of the output dtype at y64 plus the fp32 accumulation error bound
+    K * 2^-23 * sum_k |x_k W_k| * |global| (any summation order of K fp32 terms)."""
+    wd = formats.dequantize_nvfp4(formats.NVFP4Weight(w.packed.cpu(), w.scale.cpu(), w.global_scale.cpu()),
+                                  torch.float64)
+    x64 = x.cpu().to(torch.float64).reshape(-1, x.shape[-1])
+    mag = x64.abs() @ wd.abs().t()
+    k = x.shape[-1]
+    return k * 2.0 ** -23 * mag
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 16, 17, 31, 32])
+@pytest.mark.parametrize("n,k", [(48, 5120), (1024, 5120), (1000, 6144), (5120, 6144), (96, 96), (136, 32)])
+@pytest.mark.parametrize("out", [None, torch.float32])
+def test_accuracy_against_float64(m, n, k, out):
+    w = _weight(n, k, "cuda", seed=n + k)
+    x = qt.randn_nonzero(m, k, dtype=torch.bfloat16, device="cuda", seed=m)
+    y = _call(x, w, out_dtype=out)
+    assert y.shape == (m, n) and y.dtype == (out or torch.bfloat16) and torch.isfinite(y).all()
+    # the float64 evaluation, rounded once to fp32 (2^-24 relative: far inside the bound below)
+    y64 = ref.nvfp4_linear(x.cpu(), w.packed.cpu(), w.scale.cpu(), w.global_scale.cpu(), None, torch.float32,
+                           acc_dtype=torch.float64).to(torch.float64)
+    bound = _error_bound(x, w, None, out)
+    err = (y.cpu().to(torch.float64) - y64).abs()
+    if out is None:  # plus one bf16 ulp of the final rounding
+        bound = bound + y64.abs() * 2.0 ** -8 + 2.0 ** -133
+    bad = err > bound
+    assert not bad.any(), (f"{int(bad.sum())} of {bad.numel()} outputs beyond the fp32 accumulation bound; "
+                           f"worst excess {float((err - bound).max()):.3g}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("xdt", [torch.bfloat16, torch.float16])
+def test_every_code_and_scale_is_decoded_exactly(xdt):
+    """One-hot activations read single weights back: every byte value 0..255 against block scales
+    across the e4m3 range (subnormal 2^-9 up to 448), out_dtype fp32: y must equal the dequantized
+    weight times the global scale exactly."""
+    n, k = 64, 256
+    packed = torch.arange(n * k // 2, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(n, k // 2)
+    sv = torch.tensor([2.0 ** -9, 2.0 ** -7, 0.01953125, 0.375, 1.0, 1.75, 13.0, 104.0, 240.0, 448.0])
+    scale = sv[torch.arange(n * k // 16).remainder(len(sv))].reshape(n, k // 16).to(torch.float8_e4m3fn)
+    gs = torch.tensor(0.5)
+    w = formats.NVFP4Weight(packed.cuda(), scale.cuda(), gs.cuda())
+    want = formats.dequantize_nvfp4(formats.NVFP4Weight(packed, scale, gs), torch.float32)  # [n, k]
+    for k0 in range(0, k, 32):
+        x = torch.zeros(32, k, dtype=xdt)
+        x[torch.arange(32), k0 + torch.arange(32)] = 1.0
+        y = _call(x.cuda(), w, out_dtype=torch.float32).cpu()
+        qt.assert_bitwise_equal(y, want[:, k0:k0 + 32].t().contiguous(), f"codes at k {k0}..{k0 + 31}")
+
+
+@pytest.mark.gpu
+@settings(deadline=None)
+@given(m=st.integers(1, 32), data=st.data(),
+       shape=st.sampled_from([(48, 5120), (1000, 5120), (5120, 6144), (96, 160)]),
+       xdt=st.sampled_from([torch.bfloat16, torch.float16]))
+def test_row_invariance_fuzz(m, data, shape, xdt):
+    n, k = shape
+    row = data.draw(st.integers(0, m - 1))
+    w = _weight(n, k, "cuda", seed=n)
+    x = qt.randn_nonzero(m, k, dtype=xdt, device="cuda", seed=m * 7 + row)
+    full = _call(x, w)
+    one = _call(x[row:row + 1].clone(), w)
+    qt.assert_bitwise_equal(full[row:row + 1], one, f"row {row} of {m}, W {n}x{k}")
+
+
+@pytest.mark.gpu
+def test_row_invariance_all_row_counts():
+    w = _weight(1024, 5120, "cuda", seed=3)
+    x = qt.randn_nonzero(32, 5120, device="cuda", seed=4)
+    qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 32])
+def test_graph_equals_eager_and_deterministic(m):
+    w = _weight(5120, 6144, "cuda", seed=5)
+    x = qt.randn_nonzero(m, 6144, device="cuda", seed=6)
+    bias = qt.randn_nonzero(5120, dtype=torch.float32, device="cuda", seed=7)
+    fn = lambda t: _call(t, w, bias, torch.float32)  # noqa: E731
+    qt.assert_graph_equals_eager(fn, x)
+    qt.assert_deterministic(fn, x, times=3)
+
+
+@pytest.mark.gpu
+def test_bias_and_leading_dims():
+    w = _weight(96, 512, "cuda", seed=8)
+    x = qt.randn_nonzero(2, 3, 512, device="cuda", seed=9)
+    bias = qt.randn_nonzero(96, device="cuda", seed=10)
+    y = _call(x, w, bias)
+    assert y.shape == (2, 3, 96)
+    y_ref = ref.nvfp4_linear(x.cpu(), w.packed.cpu(), w.scale.cpu(), w.global_scale.cpu(), bias.cpu())
+    assert (y.cpu().float() - y_ref.float()).abs().max() <= 0.02 * y_ref.float().abs().max()
+    # the wrapper takes an NVFP4Weight too
+    qt.assert_bitwise_equal(q.nvfp4_linear(x, w, bias=bias), y, "wrapper vs op")
+
+
+@pytest.mark.gpu
+def test_more_than_32_rows_is_refused_clearly():
+    w = _weight(48, 64, "cuda")
+    x = qt.randn_nonzero(33, 64, device="cuda")
+    with pytest.raises(ValueError, match=r"qwen38\.nvfp4_linear: 33 rows"):
+        _call(x, w)
+
+
+@pytest.mark.gpu
+def test_empty_rows():
+    w = _weight(48, 64, "cuda")
+    y = _call(torch.empty(0, 64, dtype=torch.bfloat16, device="cuda"), w)
+    assert y.shape == (0, 48)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_argument(device):
+    w = _weight(48, 64, device)
+    x = qt.randn_nonzero(2, 64, device=device)
+    cases = [
+        ("x", (x.float(), w.packed, w.scale, w.global_scale)),
+        ("x", (qt.randn_nonzero(2, 96, device=device), w.packed, w.scale, w.global_scale)),
+        ("w_packed", (x, w.packed.to(torch.int8), w.scale, w.global_scale)),
+        ("w_packed", (qt.randn_nonzero(2, 48, device=device), w.packed[:, :24], w.scale[:, :3], w.global_scale)),
+        ("w_scale", (x, w.packed, w.scale.float(), w.global_scale)),
+        ("w_scale", (x, w.packed, w.scale[:, :2], w.global_scale)),
+        ("w_global", (x, w.packed, w.scale, w.global_scale.double())),
+        ("bias", (x, w.packed, w.scale, w.global_scale, torch.ones(47, device=device))),
+    ]
+    for arg, args in cases:
+        with pytest.raises(ValueError, match=rf"qwen38\.nvfp4_linear: .*{arg}"):
+            OPS.nvfp4_linear(*args)
+
+
+# opcheck's test_schema compares every input before and after the call with arithmetic that torch
+# does not implement for float8_e4m3fn ("mul_cpu_reduced_float not implemented"), so it cannot run
+# on an op that takes e4m3 scales; the other three checks run.
+OPCHECK_UTILS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    w = _weight(48, 64, device)
+    x = qt.randn_nonzero(3, 64, device=device)
+    qt.run_opcheck(OPS.nvfp4_linear.default, (x, w.packed, w.scale, w.global_scale, None, None),
+                   test_utils=OPCHECK_UTILS)
+    qt.run_opcheck(OPS.nvfp4_linear.default,
+                   (x, w.packed, w.scale, w.global_scale, torch.ones(48, device=device), torch.float32),
+                   test_utils=OPCHECK_UTILS)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
