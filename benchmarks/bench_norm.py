@@ -18,7 +18,6 @@ Writes norm.json / norm.meta.json / norm.md / norm.png (qwen38_kernels.bench.wri
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,21 +171,9 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=None,
-                   help="result folder (default: benchmarks/results/<gpu> beside this script)")
-    p.add_argument("--quick", action="store_true", help=f"rows {QUICK_ROWS} only")
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_norm needs a CUDA device", file=sys.stderr)
-        return 2
-    out = args.out or Path(__file__).resolve().parent / "results" / bench.gpu_name()
-    records, meta = run(quick=args.quick)
-    meta["quick"] = args.quick
-    print(bench.short_table(records))
-    for path in bench.write_results(records, "norm", out, meta):
-        print(f"wrote {path}")
-    return 1 if "failures" in meta else 0
+    return bench.bench_main("norm", run, description=__doc__.split("\n\n")[0],
+                            quick_help=f"rows {QUICK_ROWS} only",
+                            results_root=Path(__file__).resolve().parent / "results", argv=argv)
 
 
 if __name__ == "__main__":

@@ -385,3 +385,27 @@ def write_results(records: Sequence[Record], bench_name: str, out_dir: Path | st
     if records and plot_results(records, png, f"{bench_name} on {meta.get('device', meta['gpu'])}"):
         paths.append(png)
     return paths
+
+
+# ---- the command line every benchmarks/bench_*.py shares -----------------------------------------
+def bench_main(bench_name: str, run: Callable[..., tuple[list[Record], dict]], *, description: str,
+               quick_help: str, results_root: Path, argv: Sequence[str] | None = None) -> int:
+    """``--out DIR`` (default ``results_root/<gpu>``) and ``--quick``; runs ``run(quick=...)``, prints
+    the short table, writes the results. Exit status: 2 without CUDA, 1 when a timing failed."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", type=Path, default=None,
+                   help="result folder (default: benchmarks/results/<gpu> beside the script)")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(f"bench_{bench_name} needs a CUDA device", file=sys.stderr)
+        return 2
+    out = args.out or Path(results_root) / gpu_name()
+    records, meta = run(quick=args.quick)
+    meta["quick"] = args.quick
+    print(short_table(records))
+    for path in write_results(records, bench_name, out, meta):
+        print(f"wrote {path}")
+    return 1 if "failures" in meta else 0

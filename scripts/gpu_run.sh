@@ -3,13 +3,14 @@
 # write logs and results into one folder. Works on a machine with no network (nothing is fetched).
 #
 #   bash scripts/gpu_run.sh OUT_DIR [--arch 9.0a] [--quick] [--no-tests] [--no-bench] [-k PYTEST_EXPR]
+#                               [--bench NAME]   (only benchmarks/bench_NAME.py; default: all)
 #
 # OUT_DIR receives: run.log (everything), main.json (python -m qwen38_kernels --json),
 # sass.txt (per-kernel registers/spills/shared memory for sm_90a and sm_121a, and SASS notes),
 # results.tar (benchmarks/results/<gpu>/ as written by the benchmarks), junit.xml (pytest).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [options]}; shift
-arch=9.0a quick=0 tests=1 benches=1 kexpr=""
+arch=9.0a quick=0 tests=1 benches=1 kexpr="" only="*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) arch=$2; shift ;;
@@ -17,6 +18,7 @@ while [ $# -gt 0 ]; do
     --no-tests) tests=0 ;;
     --no-bench) benches=0 ;;
     -k) kexpr=$2; shift ;;
+    --bench) only=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -55,7 +57,7 @@ fi
 if [ $benches = 1 ]; then
   step "benchmarks"
   qflag=""; [ $quick = 1 ] && qflag="--quick"
-  for b in benchmarks/bench_*.py; do
+  for b in benchmarks/bench_$only.py; do
     python3 "$b" $qflag 2>&1 | tee -a "$log" | tail -40 || status=1
   done
   tar -cf "$out/results.tar" benchmarks/results

@@ -1,6 +1,6 @@
 """Suite-wide settings: hypothesis profiles, strict tables, the `gpu` marker, the `device` fixture.
 
-- Hypothesis profile "gpu" (100 examples) when CUDA is available, else "ci" (15 examples, keeps the
+- Hypothesis profile "gpu" (40 examples) when CUDA is available, else "ci" (15 examples, keeps the
   CPU run in CI short); HYPOTHESIS_PROFILE=<name> picks one explicitly.
 - QWEN38_STRICT_TABLES=1: a weight shape without a tile-table entry raises instead of warning.
 - QWEN38_POISON_OUTPUTS=1: every CUDA op output starts filled with NaN.
@@ -20,7 +20,7 @@ os.environ["QWEN38_POISON_OUTPUTS"] = "1"  # CUDA outputs start as NaN: unwritte
 HAS_CUDA = torch.cuda.is_available()
 
 settings.register_profile("ci", deadline=None, max_examples=15, print_blob=True)
-settings.register_profile("gpu", deadline=None, max_examples=100, print_blob=True)
+settings.register_profile("gpu", deadline=None, max_examples=40, print_blob=True)
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "gpu" if HAS_CUDA else "ci")
 settings.load_profile(HYPOTHESIS_PROFILE)
 
