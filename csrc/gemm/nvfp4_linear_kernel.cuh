@@ -68,15 +68,26 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) nvfp4_skinny_kernel(const Nvfp
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[mt][i] = 0.0f;
 
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
-    const bool ok = n_ok && kc < p.k;        // K % 32 == 0: a chunk is all in or all out
-    uint4 wq = make_uint4(0, 0, 0, 0);
-    uint16_t sc = 0;
-    if (ok) {
+  // Weight bytes and scales of step s (zeros past N or K: they decode to +0 products).
+  auto load_w = [&](int64_t s, uint4& wq, uint16_t& sc) {
+    const int64_t kc = s * kStepK + 32 * t;
+    wq = make_uint4(0, 0, 0, 0);
+    sc = 0;
+    if (s < s_end && n_ok && kc < p.k) {  // K % 32 == 0: a 32-k chunk is all in or all out
       wq = __ldg(reinterpret_cast<const uint4*>(wrow + kc / 2));
       sc = __ldg(reinterpret_cast<const unsigned short*>(srow + kc / 16));
     }
+  };
+  // one step ahead: the next step's 16 bytes are in flight while this one is decoded and multiplied
+  uint4 wq_next;
+  uint16_t sc_next;
+  load_w(s_begin, wq_next, sc_next);
+
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
+    const uint4 wq = wq_next;
+    const uint16_t sc = sc_next;
+    load_w(s + 1, wq_next, sc_next);
     const __half2 sh = nvfp4::e4m3x2_to_h2(sc);
     const typename S::T2 s_lo = S::make(__low2half(sh)), s_hi = S::make(__high2half(sh));
 
