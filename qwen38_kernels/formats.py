@@ -366,3 +366,8 @@ def fuse_nvfp4(weights: Sequence[NVFP4Weight]) -> FusedNVFP4Weight:
     packed = torch.cat([w.packed for w in ws], dim=0)
     scale = torch.cat([w.scale for w in ws], dim=0)
     return FusedNVFP4Weight(packed, scale, shards)
+
+
+# ---- block FP8 (Qwen *-FP8 checkpoints): qwen38_kernels/formats_fp8.py, re-exported here ----------
+from .formats_fp8 import (FP8BlockWeight, dequantize_fp8_block, load_fp8_block,  # noqa: E402,F401
+                          quantize_fp8_block)
