@@ -11,6 +11,7 @@ import site
 import sys
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCH_LIST = "9.0a;12.1a"
@@ -117,6 +118,19 @@ max_jobs = os.environ.get("MAX_JOBS")
 if max_jobs is None:
     os.environ["MAX_JOBS"] = str(max(1, os.cpu_count() or 1))
 
+class build_py_with_tables(build_py):
+    """Ships the repository's tables/<arch>/<op>.json as package data (qwen38_kernels/tables/...), so
+    a wheel finds them; an editable install reads them from the repository (qwen38_kernels/tables.py)."""
+
+    def run(self):
+        super().run()
+        for src in sorted(glob.glob(os.path.join(ROOT, "tables", "*", "*.json"))):
+            rel = os.path.relpath(src, os.path.join(ROOT, "tables"))
+            dst = os.path.join(self.build_lib, "qwen38_kernels", "tables", rel)
+            self.mkpath(os.path.dirname(dst))
+            self.copy_file(src, dst)
+
+
 setup(
     name="qwen38-kernels",
     packages=find_packages(include=["qwen38_kernels", "qwen38_kernels.*"]),
@@ -128,5 +142,5 @@ setup(
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": build_py_with_tables},
 )
