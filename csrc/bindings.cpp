@@ -26,6 +26,12 @@ TORCH_LIBRARY(qwen38, m) {
   // (default x's dtype; fp32 for an NVFP4 output head). Products exact, fp32 sum, one rounding.
   m.def("nvfp4_linear(Tensor x, Tensor w_packed, Tensor w_scale, Tensor w_global, Tensor? bias=None, "
         "ScalarType? out_dtype=None) -> Tensor");
+  // y = round(sum_b fp32(S_b * w_scale_inv[n/128, b]) + bias[n]), S_b = the fp32 sum over the 128 k
+  // of block b of x[m,k] * e4m3(w[n,k]) (products exact). x [..., K] bf16/fp16, K % 16 == 0; w
+  // float8_e4m3fn [N, K]; w_scale_inv fp32 [ceil(N/128), ceil(K/128)] (a multiplier, as Qwen *-FP8
+  // checkpoints store it); bias [N] or None; y [..., N] in out_dtype (default x's dtype).
+  m.def("fp8_block_linear(Tensor x, Tensor w, Tensor w_scale_inv, Tensor? bias=None, "
+        "ScalarType? out_dtype=None) -> Tensor");
 }
 
 namespace {

@@ -16,7 +16,7 @@ import torch
 
 def _bench_summary(quick: bool = True) -> dict:
     from . import bench
-    from .ops import add_rms_norm, nvfp4_linear, rms_norm, rms_norm_gated
+    from .ops import add_rms_norm, fp8_block_linear, nvfp4_linear, rms_norm, rms_norm_gated
 
     ceiling = bench.measure_read_ceiling()
     rows = []
@@ -47,6 +47,16 @@ def _bench_summary(quick: bool = True) -> dict:
             nbytes = n * k // 2 + n * k // 16 + 2 * m * (k + n)
             run("nvfp4_linear", f"{n}x{k}", m, lambda x, p, s, g: nvfp4_linear(x, p, s, g),
                 lambda i, n=n, k=k, m=m: nvfp4_args(n, k, m), nbytes, n, k)
+    def fp8_args(n, k, m):
+        codes = torch.randint(0, 256, (n, k), dtype=torch.uint8, device="cuda") & 0x7E  # no NaN codes
+        scale = torch.rand((n + 127) // 128, (k + 127) // 128, device="cuda") * 1e-3
+        return (r(m, k), codes.view(torch.float8_e4m3fn), scale)
+
+    for n, k in ((34816, 5120), (5120, 17408)):
+        for m in (1, 32):
+            nbytes = n * k + 4 * ((n + 127) // 128) * ((k + 127) // 128) + 2 * m * (k + n)
+            run("fp8_block_linear", f"{n}x{k}", m, lambda x, w, s: fp8_block_linear(x, w, s),
+                lambda i, n=n, k=k, m=m: fp8_args(n, k, m), nbytes, n, k)
     return {"ceiling_GBps": float(ceiling), "ceiling_method": ceiling.method,
             "records": [dataclasses.asdict(x) for x in rows]}
 

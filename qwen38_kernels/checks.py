@@ -176,6 +176,47 @@ def _nvfp4_cpu():
     return _nvfp4_check("cpu")
 
 
+def _fp8_check(device: str) -> CheckResult:
+    """fp8_block_linear at model shapes, 1 and 32 rows: within the reference's float64 bound (plus one
+    bf16 ulp) and, on CUDA, rows of the 32-row call equal to their 1-row calls."""
+    from . import formats_fp8
+    from .reference import fp8 as ref8
+    lines, ok, worst = [], True, 0.0
+    for n, k in ((1024, 5120), (48, 5120), (5120, 6144)):
+        w = formats_fp8.quantize_fp8_block((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16))
+        for m in (1, 32):
+            x = _randn(m, k)
+            args = (x, w.weight, w.weight_scale_inv)
+            dev_args = tuple(a.to(device) for a in args)
+            y = torch.ops.qwen38.fp8_block_linear(*dev_args).cpu().to(torch.float64)
+            y64, err = ref8.fp8_block_linear_f64_bound(*args)
+            bound = err + y64.abs() * 2.0 ** -8
+            excess = float(((y - y64).abs() / bound.clamp_min(1e-30)).max())
+            worst = max(worst, excess)
+            if excess > 1.0:
+                ok = False
+                lines.append(f"{n}x{k} M={m}: error {excess:.2f}x the bound")
+            if device == "cuda" and m > 1:
+                full = torch.ops.qwen38.fp8_block_linear(*dev_args)
+                for r in (0, m - 1):
+                    one = torch.ops.qwen38.fp8_block_linear(dev_args[0][r:r + 1], *dev_args[1:])
+                    if not torch.equal(one.view(torch.int16), full[r:r + 1].view(torch.int16)):
+                        ok = False
+                        lines.append(f"{n}x{k}: row {r} of {m} differs from its 1-row call")
+    detail = f"6 cases, worst error {worst:.2f} of the bound" + ("; " + "; ".join(lines) if lines else "")
+    return CheckResult("fp8_block_linear", device, ok, detail)
+
+
+@register("fp8_block_linear (skinny, 1-32 rows)", "cuda")
+def _fp8_cuda():
+    return _fp8_check("cuda")
+
+
+@register("fp8_block_linear CPU path (reference)", "cpu")
+def _fp8_cpu():
+    return _fp8_check("cpu")
+
+
 @register("tile tables", "cpu")
 def _tables():
     from . import tables

@@ -1,0 +1,92 @@
+// Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows).
+// More rows: not built yet (the op says so).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "common/host.h"
+#include "gemm/fp8_block_linear_launch.h"
+
+namespace qwen38::gemm {
+namespace {
+
+constexpr const char* kOp = "fp8_block_linear";
+
+at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_scale_inv,
+                                 const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype) {
+  check_cuda(kOp, "x", x);
+  check_activation(kOp, "x", x);
+  TORCH_CHECK_VALUE(w.scalar_type() == at::kFloat8_e4m3fn && w.dim() == 2, "qwen38.", kOp,
+                    ": w must be a 2-D float8_e4m3fn tensor [N, K], got ", dtype_name(w.scalar_type()),
+                    " of shape ", shape_str(w.sizes()));
+  const int64_t n = w.size(0), k = w.size(1);
+  TORCH_CHECK_VALUE(k > 0 && k % 16 == 0, "qwen38.", kOp, ": w must have K = w.shape[1] a positive multiple of 16, got ",
+                    num(k));
+  TORCH_CHECK_VALUE(x.size(-1) == k, "qwen38.", kOp, ": x.shape[-1] must equal K = ", num(k), " (w shape ",
+                    shape_str(w.sizes()), "), got x shape ", shape_str(x.sizes()));
+  TORCH_CHECK_VALUE(w.is_contiguous(), "qwen38.", kOp, ": w must be contiguous (row-major)");
+  const int64_t gn = (n + 127) / 128, gk = (k + 127) / 128;
+  TORCH_CHECK_VALUE(w_scale_inv.scalar_type() == at::kFloat, "qwen38.", kOp,
+                    ": w_scale_inv must be float32, got ", dtype_name(w_scale_inv.scalar_type()));
+  TORCH_CHECK_VALUE(w_scale_inv.dim() == 2 && w_scale_inv.size(0) == gn && w_scale_inv.size(1) == gk, "qwen38.", kOp,
+                    ": w_scale_inv must be [ceil(N/128), ceil(K/128)] = [", num(gn), ", ", num(gk), "] for w shape ",
+                    shape_str(w.sizes()), ", got ", shape_str(w_scale_inv.sizes()));
+  TORCH_CHECK_VALUE(w_scale_inv.is_contiguous(), "qwen38.", kOp, ": w_scale_inv must be contiguous");
+  check_same_device(kOp, "w", w, "x", x);
+  check_same_device(kOp, "w_scale_inv", w_scale_inv, "x", x);
+  int bias_dtype = 0;
+  if (bias.has_value()) {
+    const at::Tensor& b = *bias;
+    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, "qwen38.", kOp, ": bias must be [N] = [", num(n), "], got ",
+                      shape_str(b.sizes()));
+    TORCH_CHECK_VALUE(b.scalar_type() == x.scalar_type() || b.scalar_type() == at::kFloat, "qwen38.", kOp,
+                      ": bias must be ", dtype_name(x.scalar_type()), " (x's dtype) or torch.float32, got ",
+                      dtype_name(b.scalar_type()));
+    TORCH_CHECK_VALUE(b.numel() <= 1 || b.stride(0) == 1, "qwen38.", kOp, ": bias must be contiguous");
+    check_same_device(kOp, "bias", b, "x", x);
+    bias_dtype = b.scalar_type() == at::kFloat ? 2 : b.scalar_type() == at::kHalf ? 1 : 0;
+  }
+  const at::ScalarType od = out_dtype.value_or(x.scalar_type());
+  TORCH_CHECK_VALUE(od == at::kBFloat16 || od == at::kHalf || od == at::kFloat, "qwen38.", kOp,
+                    ": out_dtype must be None, bfloat16, float16 or float32, got ", dtype_name(od));
+
+  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
+  out_sizes.back() = n;
+  at::Tensor y = new_output(out_sizes, x.options().dtype(od));
+  const int64_t m = x.numel() / k;
+  if (m == 0 || n == 0) return y;
+  const int64_t x_stride = row_stride(kOp, "x", x);
+  TORCH_CHECK_VALUE(m <= kSkinnyMaxRows, "qwen38.", kOp, ": ", num(m), " rows: the CUDA path serves 1..",
+                    num(kSkinnyMaxRows), " rows (decode and verify); the prefill path for more rows is not built "
+                    "yet. Call it in chunks of at most ", num(kSkinnyMaxRows), " rows.");
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && x_stride % 8 == 0, "qwen38.", kOp,
+                    ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
+                    "elements), got row stride ", num(x_stride));
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "qwen38.", kOp, ": w must be 16-byte aligned");
+
+  Fp8BlockParams p;
+  p.x = x.data_ptr();
+  p.w = static_cast<const uint8_t*>(w.data_ptr());
+  p.scale = w_scale_inv.data_ptr<float>();
+  p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  p.bias_dtype = bias_dtype;
+  p.y = y.data_ptr();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.x_stride = x_stride;
+  const Act act = x.scalar_type() == at::kBFloat16 ? Act::kBF16 : Act::kF16;
+  const Out out = od == at::kFloat ? Out::kF32 : od == at::kHalf ? Out::kF16 : Out::kBF16;
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(kOp, launch_fp8_block_skinny(act, out, p, knob_enabled("QWEN38_PDL", true),
+                                            at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
+               x);
+  return y;
+}
+
+}  // namespace
+}  // namespace qwen38::gemm
+
+TORCH_LIBRARY_IMPL(qwen38, CUDA, m) { m.impl("fp8_block_linear", &qwen38::gemm::fp8_block_linear_cuda); }

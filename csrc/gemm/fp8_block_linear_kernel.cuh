@@ -1,0 +1,129 @@
+// fp8_block_linear, skinny path (1..32 rows). Reference: qwen38_kernels/reference/fp8.py.
+//
+//   y[m, n] = round( sum_b fp32( S_b[m, n] * scale[n/128, b] ) + bias[n] ),
+//   S_b[m, n] = sum over the 128 k of block b of x[m, k] * e4m3(w[n, k])     (fp32, products exact)
+//
+// Tensors: x [M, K] bf16/fp16 (row stride x_stride, K % 16 == 0); w [N, K] float8_e4m3fn;
+// scale [ceil(N/128), ceil(K/128)] fp32 (a multiplier, "weight_scale_inv"); bias [N] or none;
+// y [M, N] (bf16/fp16/fp32), contiguous.
+//
+// Same skeleton as the NVFP4 skinny kernel (nvfp4_linear_kernel.cuh): weights are the mma B
+// operand, decoded in registers (cvt.rn.f16x2.e4m3x2, exact; then to bf16 for bf16 activations,
+// exact), nothing through shared memory. A warp step is 128 k = one scale block:
+//   thread (g, t) holds w[n0 + g][k0 + 32t .. +31] (32 bytes, two 16-byte loads);
+//   mma j = 0..7 takes bytes 4j..4j+3: b0 = (4j, 4j+1) -> k slots (2t, 2t+1), b1 = (4j+2, 4j+3)
+//   -> slots (2t+8, 2t+9); A takes x at the same k.
+// The 8 mmas of a step accumulate the block sum S_b from zero; then acc = acc + fp32(S_b * scale)
+// (two roundings, no fma: the reference's rounding points). The 8 rows of a tile share one scale
+// row (128 % 8 == 0). Blocks are added in k order within a warp, warps' partials in warp order.
+#pragma once
+
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"
+#include "common/pdl.cuh"
+#include "common/vec.cuh"
+#include "gemm/fp8_block_linear_launch.h"
+#include "gemm/nvfp4_linear_kernel.cuh"  // kStepK, store_out, load_bias
+
+namespace qwen38::gemm {
+
+// Two e4m3 bytes -> the 16-bit pair for the mma (exact).
+template <typename T> __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t two);
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__half>(uint16_t two) {
+  return nvfp4::as_u32(nvfp4::e4m3x2_to_h2(two));
+}
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_t two) {
+  const float2 f = __half22float2(nvfp4::e4m3x2_to_h2(two));  // e4m3 is a subset of fp16 and bf16
+  return nvfp4::as_u32(__floats2bfloat162_rn(f.x, f.y));
+}
+
+template <typename T, typename O, int MT, int KSPLIT>
+__global__ void __launch_bounds__(32 * KSPLIT, 1) fp8_block_skinny_kernel(const Fp8BlockParams p) {
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * 8;
+  const int64_t n = n0 + g;
+  const bool n_ok = n < p.n;
+  const int64_t steps = (p.k + kStepK - 1) / kStepK;  // = scale columns
+  const int64_t s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
+
+  const uint8_t* __restrict__ wrow = p.w + (n_ok ? n : 0) * p.k;
+  const float* __restrict__ srow = p.scale + (n0 / 128) * steps;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+
+  pdl_wait();
+  pdl_allow();
+
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[mt][i] = 0.0f;
+
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k; K % 16 == 0: halves of 16
+    uint4 wq[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (n_ok && kc + 16 * h < p.k) wq[h] = __ldg(reinterpret_cast<const uint4*>(wrow + kc + 16 * h));
+    const float scale = __ldg(srow + s);
+
+    uint32_t xa[2 * MT][16];
+#pragma unroll
+    for (int h = 0; h < 2 * MT; ++h) {
+      const int64_t row = g + 8 * h;
+      const uint4* src = reinterpret_cast<const uint4*>(x + row * p.x_stride + kc);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row < p.m && kc + 8 * q < p.k) v = src[q];
+        xa[h][4 * q + 0] = v.x; xa[h][4 * q + 1] = v.y; xa[h][4 * q + 2] = v.z; xa[h][4 * q + 3] = v.w;
+      }
+    }
+
+    const uint32_t wr[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    float blk[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) blk[mt][i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // bytes 4j .. 4j+3 of the chunk = word j
+      const uint32_t b0 = e4m3x2_to<T>(uint16_t(wr[j] & 0xffffu));
+      const uint32_t b1 = e4m3x2_to<T>(uint16_t(wr[j] >> 16));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t a[4] = {xa[2 * mt][2 * j], xa[2 * mt + 1][2 * j], xa[2 * mt][2 * j + 1],
+                               xa[2 * mt + 1][2 * j + 1]};
+        mma_16816<T>(blk[mt], a, b0, b1);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][i] = __fadd_rn(acc[mt][i], __fmul_rn(blk[mt][i], scale));
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
+    partial[warp][mt * 16 + g][2 * t + 1] = acc[mt][1];
+    partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
+    partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
+    const int r = idx / 8, c = idx % 8;
+    const int64_t nn = n0 + c;
+    if (r >= p.m || nn >= p.n) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < KSPLIT; ++w) v += partial[w][r][c];
+    if (p.bias != nullptr) v += load_bias(p.bias, p.bias_dtype, nn);
+    store_out<O>(p.y, int64_t(r) * p.n + nn, v);
+  }
+}
+
+}  // namespace qwen38::gemm

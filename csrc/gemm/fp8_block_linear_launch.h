@@ -1,0 +1,23 @@
+// Torch-free interface between the fp8_block_linear host launcher and its kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "gemm/nvfp4_linear_launch.h"  // Act, Out
+
+namespace qwen38::gemm {
+
+struct Fp8BlockParams {
+  const void* x = nullptr;        // [M, K] bf16/fp16, row stride x_stride (elements), last dim contiguous
+  const uint8_t* w = nullptr;     // [N, K] float8_e4m3fn, contiguous
+  const float* scale = nullptr;   // [ceil(N/128), ceil(K/128)] fp32 multipliers, contiguous
+  const void* bias = nullptr;     // [N] (x's dtype or fp32) or null
+  void* y = nullptr;              // [M, N] contiguous, out dtype
+  int64_t m = 0, n = 0, k = 0, x_stride = 0;
+  int bias_dtype = 0;             // 0 bf16, 1 fp16, 2 fp32
+};
+
+cudaError_t launch_fp8_block_skinny(Act act, Out out, const Fp8BlockParams& p, bool pdl, cudaStream_t stream);
+
+}  // namespace qwen38::gemm

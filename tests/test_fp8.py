@@ -1,0 +1,124 @@
+"""fp8_block_linear (torch.ops.qwen38.fp8_block_linear): the CUDA skinny path (1..32 rows) against
+the reference's float64 bound, exact decode of every e4m3 code, row invariance, graphs, determinism,
+bad input. The formats and the reference itself: tests/test_fp8_reference.py."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import qwen38_kernels as q
+from qwen38_kernels import formats_fp8 as f8
+from qwen38_kernels import testing as qt
+from qwen38_kernels.reference import fp8 as ref
+
+OPS = torch.ops.qwen38
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@functools.lru_cache(maxsize=8)
+def _weight(n: int, k: int, device: str) -> f8.FP8BlockWeight:
+    g = torch.Generator().manual_seed(n * 7 + k)
+    w = f8.quantize_fp8_block((torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16))
+    return f8.FP8BlockWeight(w.weight.to(device), w.weight_scale_inv.to(device))
+
+
+def _call(x, w: f8.FP8BlockWeight, bias=None, out_dtype=None):
+    return OPS.fp8_block_linear(x, w.weight, w.weight_scale_inv, bias, out_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32])
+@pytest.mark.parametrize("n,k", [(48, 5120), (1024, 5120), (5120, 6144), (200, 272), (136, 48)])
+@pytest.mark.parametrize("out", [None, torch.float32])
+def test_accuracy_within_the_float64_bound(m, n, k, out):
+    w = _weight(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, dtype=torch.bfloat16, device="cuda", seed=m)
+    y = _call(x, w, out_dtype=out)
+    assert y.shape == (m, n) and y.dtype == (out or torch.bfloat16) and torch.isfinite(y).all()
+    y64, err = ref.fp8_block_linear_f64_bound(x.cpu(), w.weight.cpu(), w.weight_scale_inv.cpu())
+    bound = err + (y64.abs() * 2.0 ** -8 if out is None else 0.0)
+    excess = (y.cpu().to(torch.float64) - y64).abs() - bound
+    assert not (excess > 0).any(), f"{int((excess > 0).sum())} outputs beyond the bound, worst {float(excess.max()):.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("xdt", [torch.bfloat16, torch.float16])
+def test_every_e4m3_code_is_decoded_exactly(xdt):
+    """One-hot activations read single weights back: every finite e4m3 byte, scale 1, fp32 out."""
+    n, k = 16, 256
+    codes = torch.arange(n * k, dtype=torch.int64).remainder(256).to(torch.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x3C  # 0x7F / 0xFF are NaN in e4m3fn: replace by 1.5
+    w = codes.view(torch.float8_e4m3fn).reshape(n, k)
+    s = torch.ones(1, 2)
+    want = w.float()
+    for k0 in range(0, k, 32):
+        x = torch.zeros(32, k, dtype=xdt)
+        x[torch.arange(32), k0 + torch.arange(32)] = 1.0
+        y = OPS.fp8_block_linear(x.cuda(), w.cuda(), s.cuda(), None, torch.float32).cpu()
+        qt.assert_bitwise_equal(y + 0.0, want[:, k0:k0 + 32].t().contiguous() + 0.0, f"codes at k {k0}")
+
+
+@pytest.mark.gpu
+@settings(deadline=None)
+@given(m=st.integers(1, 32), data=st.data(), shape=st.sampled_from([(48, 5120), (1024, 5120), (200, 272)]))
+def test_row_invariance_fuzz(m, data, shape):
+    n, k = shape
+    row = data.draw(st.integers(0, m - 1))
+    w = _weight(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, device="cuda", seed=m * 5 + row)
+    qt.assert_bitwise_equal(_call(x, w)[row:row + 1], _call(x[row:row + 1].clone(), w), f"row {row} of {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 32])
+def test_graph_equals_eager_and_deterministic(m):
+    w = _weight(1024, 5120, "cuda")
+    x = qt.randn_nonzero(m, 5120, device="cuda", seed=6)
+    fn = lambda t: _call(t, w, None, torch.float32)  # noqa: E731
+    qt.assert_graph_equals_eager(fn, x)
+    qt.assert_deterministic(fn, x, times=3)
+
+
+@pytest.mark.gpu
+def test_wrapper_bias_and_row_limit():
+    w = _weight(200, 272, "cuda")
+    x = qt.randn_nonzero(2, 3, 272, device="cuda", seed=1)
+    bias = qt.randn_nonzero(200, dtype=torch.float32, device="cuda", seed=2)
+    y = q.fp8_block_linear(x, w, bias=bias)
+    assert y.shape == (2, 3, 200)
+    qt.assert_bitwise_equal(y, _call(x, w, bias), "wrapper vs op")
+    with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: 33 rows"):
+        _call(qt.randn_nonzero(33, 272, device="cuda"), w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_argument(device):
+    w = _weight(48, 256, device)
+    x = qt.randn_nonzero(2, 256, device=device)
+    cases = [
+        ("x", (x.float(), w.weight, w.weight_scale_inv)),
+        ("x", (qt.randn_nonzero(2, 128, device=device), w.weight, w.weight_scale_inv)),
+        ("w", (x, w.weight.view(torch.uint8), w.weight_scale_inv)),
+        ("w_scale_inv", (x, w.weight, w.weight_scale_inv.double())),
+        ("w_scale_inv", (x, w.weight, torch.ones(1, 3, device=device))),
+        ("bias", (x, w.weight, w.weight_scale_inv, torch.ones(47, device=device))),
+    ]
+    for arg, args in cases:
+        with pytest.raises(ValueError, match=rf"qwen38\.fp8_block_linear: .*{arg}"):
+            OPS.fp8_block_linear(*args)
+
+
+# opcheck's test_schema cannot compare float8 inputs (see tests/test_nvfp4.py); the other checks run
+OPCHECK_UTILS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    w = _weight(48, 256, device)
+    x = qt.randn_nonzero(3, 256, device=device)
+    qt.run_opcheck(OPS.fp8_block_linear.default, (x, w.weight, w.weight_scale_inv, None, None),
+                   test_utils=OPCHECK_UTILS)
