@@ -23,7 +23,7 @@
 #include "common/pdl.cuh"
 #include "common/vec.cuh"
 #include "gemm/fp8_block_linear_launch.h"
-#include "gemm/nvfp4_linear_kernel.cuh"  // kStepK, store_out, load_bias
+#include "gemm/skinny_common.cuh"
 
 namespace qwen38::gemm {
 
@@ -71,17 +71,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) fp8_block_skinny_kernel(const 
     const float scale = __ldg(srow + s);
 
     uint32_t xa[2 * MT][16];
-#pragma unroll
-    for (int h = 0; h < 2 * MT; ++h) {
-      const int64_t row = g + 8 * h;
-      const uint4* src = reinterpret_cast<const uint4*>(x + row * p.x_stride + kc);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (row < p.m && kc + 8 * q < p.k) v = src[q];
-        xa[h][4 * q + 0] = v.x; xa[h][4 * q + 1] = v.y; xa[h][4 * q + 2] = v.z; xa[h][4 * q + 3] = v.w;
-      }
-    }
+    load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
 
     const uint32_t wr[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
     float blk[MT][4];
@@ -95,8 +85,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) fp8_block_skinny_kernel(const 
       const uint32_t b1 = e4m3x2_to<T>(uint16_t(wr[j] >> 16));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const uint32_t a[4] = {xa[2 * mt][2 * j], xa[2 * mt + 1][2 * j], xa[2 * mt][2 * j + 1],
-                               xa[2 * mt + 1][2 * j + 1]};
+        uint32_t a[4];
+        a_fragment<MT>(a, xa, mt, j);
         mma_16816<T>(blk[mt], a, b0, b1);
       }
     }
@@ -106,24 +96,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) fp8_block_skinny_kernel(const 
       for (int i = 0; i < 4; ++i) acc[mt][i] = __fadd_rn(acc[mt][i], __fmul_rn(blk[mt][i], scale));
   }
 
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
-    partial[warp][mt * 16 + g][2 * t + 1] = acc[mt][1];
-    partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
-    partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
-    const int r = idx / 8, c = idx % 8;
-    const int64_t nn = n0 + c;
-    if (r >= p.m || nn >= p.n) continue;
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < KSPLIT; ++w) v += partial[w][r][c];
-    if (p.bias != nullptr) v += load_bias(p.bias, p.bias_dtype, nn);
-    store_out<O>(p.y, int64_t(r) * p.n + nn, v);
-  }
+  // partials of the KSPLIT warps in warp order, bias, one rounding (no global scale: 1.0f is exact)
+  reduce_and_store<O, MT, KSPLIT>(partial, acc, warp, g, t, 1.0f, p.bias, p.bias_dtype, p.y, p.m, p.n, n0);
 }
 
 }  // namespace qwen38::gemm

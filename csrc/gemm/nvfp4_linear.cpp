@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "common/host.h"
+#include "gemm/gemm_host.h"
 #include "gemm/nvfp4_linear_launch.h"
 
 namespace qwen38::gemm {
@@ -45,35 +45,14 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   check_same_device(kOp, "w_packed", w_packed, "x", x);
   check_same_device(kOp, "w_scale", w_scale, "x", x);
   check_same_device(kOp, "w_global", w_global, "x", x);
-  int bias_dtype = 0;
-  if (bias.has_value()) {
-    const at::Tensor& b = *bias;
-    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, "qwen38.", kOp, ": bias must be [N] = [", num(n),
-                      "], got ", shape_str(b.sizes()));
-    TORCH_CHECK_VALUE(b.scalar_type() == x.scalar_type() || b.scalar_type() == at::kFloat, "qwen38.", kOp,
-                      ": bias must be ", dtype_name(x.scalar_type()), " (x's dtype) or torch.float32, got ",
-                      dtype_name(b.scalar_type()));
-    TORCH_CHECK_VALUE(b.numel() <= 1 || b.stride(0) == 1, "qwen38.", kOp, ": bias must be contiguous");
-    check_same_device(kOp, "bias", b, "x", x);
-    bias_dtype = b.scalar_type() == at::kFloat ? 2 : b.scalar_type() == at::kHalf ? 1 : 0;
-  }
-  const at::ScalarType od = out_dtype.value_or(x.scalar_type());
-  TORCH_CHECK_VALUE(od == at::kBFloat16 || od == at::kHalf || od == at::kFloat, "qwen38.", kOp,
-                    ": out_dtype must be None, bfloat16, float16 or float32, got ", dtype_name(od));
-
-  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
-  out_sizes.back() = n;
-  at::Tensor y = new_output(out_sizes, x.options().dtype(od));
+  const int bias_dtype = check_bias(kOp, bias, n, x);
+  const at::ScalarType od = check_out_dtype(kOp, out_dtype, x);
+  at::Tensor y = new_linear_output(x, n, od);
   const int64_t m = x.numel() / k;
   if (m == 0 || n == 0) return y;
 
   const int64_t x_stride = row_stride(kOp, "x", x);
-  TORCH_CHECK_VALUE(m <= kSkinnyMaxRows, "qwen38.", kOp, ": ", num(m), " rows: the CUDA path serves 1..",
-                    num(kSkinnyMaxRows), " rows (decode and verify); the prefill paths for more rows are not built "
-                    "yet. Call it in chunks of at most ", num(kSkinnyMaxRows), " rows.");
-  TORCH_CHECK_VALUE(aligned(x.data_ptr(), 16) && x_stride % 8 == 0, "qwen38.", kOp,
-                    ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
-                    "elements), got row stride ", num(x_stride));
+  check_skinny_rows(kOp, m, kSkinnyMaxRows, x, x_stride);
   TORCH_CHECK_VALUE(aligned(w_packed.data_ptr(), 16), "qwen38.", kOp, ": w_packed must be 16-byte aligned");
   TORCH_CHECK_VALUE(aligned(w_scale.data_ptr(), 2), "qwen38.", kOp, ": w_scale must be 2-byte aligned");
 
@@ -89,10 +68,8 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
-  const Act act = x.scalar_type() == at::kBFloat16 ? Act::kBF16 : Act::kF16;
-  const Out out = od == at::kFloat ? Out::kF32 : od == at::kHalf ? Out::kF16 : Out::kBF16;
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_nvfp4_skinny(act, out, p, knob_enabled("QWEN38_PDL", true),
+  check_launch(kOp, launch_nvfp4_skinny(act_of(x), out_of(od), p, knob_enabled("QWEN38_PDL", true),
                                         at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
                x);
   return y;

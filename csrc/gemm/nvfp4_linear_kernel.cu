@@ -1,11 +1,11 @@
 // Instantiations and launch of the nvfp4_linear skinny kernel (see nvfp4_linear_kernel.cuh).
-#include "common/launch.cuh"
 #include "gemm/nvfp4_linear_kernel.cuh"
+#include "gemm/skinny_launch.cuh"
 
 namespace qwen38::gemm {
 
 // Enough warps in flight to cover memory latency (~32 per SM on 132 SMs), splitting K across the
-// warps of a block when N alone gives too few; at least 2 steps of 128 k per warp. Depends on
+// warps of a block when N alone gives too few; at least 4 steps of 128 k per warp. Depends on
 // (N, K) only. Tile tables (tables/<arch>/nvfp4_skinny.json) will replace this rule per shape.
 int skinny_k_split(int64_t n, int64_t k) {
   const int64_t blocks = (n + 7) / 8;
@@ -16,40 +16,14 @@ int skinny_k_split(int64_t n, int64_t k) {
 }
 
 namespace {
-
-template <typename T, typename O, int MT>
-cudaError_t launch_mt(const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.n + 7) / 8));
-  switch (skinny_k_split(p.n, p.k)) {
-    case 1: return launch_kernel(nvfp4_skinny_kernel<T, O, MT, 1>, grid, dim3(32), 0, stream, pdl, p);
-    case 2: return launch_kernel(nvfp4_skinny_kernel<T, O, MT, 2>, grid, dim3(64), 0, stream, pdl, p);
-    case 4: return launch_kernel(nvfp4_skinny_kernel<T, O, MT, 4>, grid, dim3(128), 0, stream, pdl, p);
-    default: return launch_kernel(nvfp4_skinny_kernel<T, O, MT, 8>, grid, dim3(256), 0, stream, pdl, p);
-  }
-}
-
-template <typename T, typename O>
-cudaError_t launch_out(const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  return p.m <= 16 ? launch_mt<T, O, 1>(p, pdl, stream) : launch_mt<T, O, 2>(p, pdl, stream);
-}
-
-template <typename T>
-cudaError_t launch_act(Out out, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  switch (out) {
-    case Out::kBF16: return launch_out<T, __nv_bfloat16>(p, pdl, stream);
-    case Out::kF16: return launch_out<T, __half>(p, pdl, stream);
-    case Out::kF32: return launch_out<T, float>(p, pdl, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
+template <typename T, typename O, int MT, int KS>
+struct Nvfp4Kernel {
+  static constexpr auto fn = nvfp4_skinny_kernel<T, O, MT, KS>;
+};
 }  // namespace
 
 cudaError_t launch_nvfp4_skinny(Act act, Out out, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0) return cudaSuccess;
-  if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
-  return act == Act::kBF16 ? launch_act<__nv_bfloat16>(out, p, pdl, stream)
-                           : launch_act<__half>(out, p, pdl, stream);
+  return launch_skinny<Nvfp4Kernel>(act, out, p, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

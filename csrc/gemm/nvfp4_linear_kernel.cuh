@@ -25,21 +25,9 @@
 #include "common/pdl.cuh"
 #include "common/vec.cuh"
 #include "gemm/nvfp4_linear_launch.h"
+#include "gemm/skinny_common.cuh"
 
 namespace qwen38::gemm {
-
-constexpr int kStepK = 128;  // k per warp step: 4 threads x 32
-
-template <typename O>
-__device__ __forceinline__ void store_out(void* y, int64_t idx, float v) {
-  static_cast<O*>(y)[idx] = from_f32<O>(v);
-}
-
-__device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) {
-  if (dtype == 2) return static_cast<const float*>(b)[n];
-  if (dtype == 1) return __half2float(static_cast<const __half*>(b)[n]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[n]);
-}
 
 // T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block.
 template <typename T, typename O, int MT, int KSPLIT>
@@ -93,21 +81,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) nvfp4_skinny_kernel(const Nvfp
 
     // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row
     uint32_t xa[2 * MT][16];
-#pragma unroll
-    for (int h = 0; h < 2 * MT; ++h) {
-      const int64_t row = g + 8 * h;
-      if (kc < p.k && row < p.m) {
-        const uint4* src = reinterpret_cast<const uint4*>(x + row * p.x_stride + kc);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const uint4 v = src[q];
-          xa[h][4 * q + 0] = v.x; xa[h][4 * q + 1] = v.y; xa[h][4 * q + 2] = v.z; xa[h][4 * q + 3] = v.w;
-        }
-      } else {
-#pragma unroll
-        for (int q = 0; q < 16; ++q) xa[h][q] = 0u;
-      }
-    }
+    load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
 
     const uint32_t wr[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
@@ -119,34 +93,15 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) nvfp4_skinny_kernel(const Nvfp
       const uint32_t b1 = nvfp4::decode_scaled<T>((word >> (shift + 8)) & 0xffu, s2);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const uint32_t a[4] = {xa[2 * mt][2 * j], xa[2 * mt + 1][2 * j], xa[2 * mt][2 * j + 1],
-                               xa[2 * mt + 1][2 * j + 1]};
+        uint32_t a[4];
+        a_fragment<MT>(a, xa, mt, j);
         mma_16816<T>(acc[mt], a, b0, b1);
       }
     }
   }
 
-  // ---- partials of the KSPLIT warps, added in warp order (0 + p0 + p1 + ...); epilogue ----
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
-    partial[warp][mt * 16 + g][2 * t + 1] = acc[mt][1];
-    partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
-    partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
-  }
-  __syncthreads();
-  const float gscale = *p.global;
-  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
-    const int r = idx / 8, c = idx % 8;
-    const int64_t nn = n0 + c;
-    if (r >= p.m || nn >= p.n) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
-    float v = sum * gscale;  // global scale on the fp32 sum
-    if (p.bias != nullptr) v += load_bias(p.bias, p.bias_dtype, nn);
-    store_out<O>(p.y, int64_t(r) * p.n + nn, v);  // the one rounding
-  }
+  // ---- partials of the KSPLIT warps in warp order, global scale on the fp32 sum, bias, one rounding
+  reduce_and_store<O, MT, KSPLIT>(partial, acc, warp, g, t, *p.global, p.bias, p.bias_dtype, p.y, p.m, p.n, n0);
 }
 
 }  // namespace qwen38::gemm

@@ -1,0 +1,55 @@
+// Host-side checks shared by the weight-GEMM launchers (nvfp4_linear, fp8_block_linear).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "common/host.h"
+
+namespace qwen38::gemm {
+
+// bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel
+// (0 bf16, 1 fp16, 2 fp32); 0 when there is no bias.
+inline int check_bias(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& x) {
+  if (!bias.has_value()) return 0;
+  const at::Tensor& b = *bias;
+  TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, "qwen38.", op, ": bias must be [N] = [", num(n), "], got ",
+                    shape_str(b.sizes()));
+  TORCH_CHECK_VALUE(b.scalar_type() == x.scalar_type() || b.scalar_type() == at::kFloat, "qwen38.", op,
+                    ": bias must be ", dtype_name(x.scalar_type()), " (x's dtype) or torch.float32, got ",
+                    dtype_name(b.scalar_type()));
+  TORCH_CHECK_VALUE(b.numel() <= 1 || b.stride(0) == 1, "qwen38.", op, ": bias must be contiguous");
+  check_same_device(op, "bias", b, "x", x);
+  return b.scalar_type() == at::kFloat ? 2 : b.scalar_type() == at::kHalf ? 1 : 0;
+}
+
+inline at::ScalarType check_out_dtype(const char* op, std::optional<at::ScalarType> out_dtype, const at::Tensor& x) {
+  const at::ScalarType od = out_dtype.value_or(x.scalar_type());
+  TORCH_CHECK_VALUE(od == at::kBFloat16 || od == at::kHalf || od == at::kFloat, "qwen38.", op,
+                    ": out_dtype must be None, bfloat16, float16 or float32, got ", dtype_name(od));
+  return od;
+}
+
+// y [..., N] for x [..., K].
+inline at::Tensor new_linear_output(const at::Tensor& x, int64_t n, at::ScalarType od) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  return new_output(sizes, x.options().dtype(od));
+}
+
+// The skinny kernels serve 1..max_rows rows whose starts are 16-byte aligned.
+inline void check_skinny_rows(const char* op, int64_t m, int64_t max_rows, const at::Tensor& x, int64_t x_stride) {
+  TORCH_CHECK_VALUE(m <= max_rows, "qwen38.", op, ": ", num(m), " rows: the CUDA path serves 1..", num(max_rows),
+                    " rows (decode and verify); the prefill path for more rows is not built yet. Call it in "
+                    "chunks of at most ", num(max_rows), " rows.");
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && x_stride % 8 == 0, "qwen38.", op,
+                    ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
+                    "elements), got row stride ", num(x_stride));
+}
+
+inline Act act_of(const at::Tensor& x) { return x.scalar_type() == at::kBFloat16 ? Act::kBF16 : Act::kF16; }
+inline Out out_of(at::ScalarType od) {
+  return od == at::kFloat ? Out::kF32 : od == at::kHalf ? Out::kF16 : Out::kBF16;
+}
+
+}  // namespace qwen38::gemm

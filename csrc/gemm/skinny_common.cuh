@@ -1,0 +1,84 @@
+// Pieces shared by the skinny weight-GEMM kernels (nvfp4_linear, fp8_block_linear): the activation
+// A fragments of one 128-k warp step, and the fixed-order reduction of the k-split warps' partials
+// with the epilogue. Torch-free. Layout and k permutation: nvfp4_linear_kernel.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "common/vec.cuh"
+
+namespace qwen38::gemm {
+
+constexpr int kStepK = 128;  // k per warp step: 4 threads x 32
+
+// x[row][kc .. kc+31] for rows g + 8h (h = 0 .. 2*MT-1) as 16 registers per row (two 16-bit values
+// each, register r = elements 2r, 2r+1); zeros for rows >= m and for 8-element pieces at or past k.
+template <typename T, int MT>
+__device__ __forceinline__ void load_activations(uint32_t (&xa)[2 * MT][16], const T* __restrict__ x,
+                                                 int64_t x_stride, int g, int64_t kc, int64_t m, int64_t k) {
+#pragma unroll
+  for (int h = 0; h < 2 * MT; ++h) {
+    const int64_t row = g + 8 * h;
+    const uint4* src = reinterpret_cast<const uint4*>(x + row * x_stride + kc);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < m && kc + 8 * q < k) v = src[q];
+      xa[h][4 * q + 0] = v.x;
+      xa[h][4 * q + 1] = v.y;
+      xa[h][4 * q + 2] = v.z;
+      xa[h][4 * q + 3] = v.w;
+    }
+  }
+}
+
+// The A fragment of m16 tile mt for mma j (k = kc + 4j + {0,1 | 2,3}).
+template <int MT>
+__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const uint32_t (&xa)[2 * MT][16], int mt, int j) {
+  a[0] = xa[2 * mt][2 * j];
+  a[1] = xa[2 * mt + 1][2 * j];
+  a[2] = xa[2 * mt][2 * j + 1];
+  a[3] = xa[2 * mt + 1][2 * j + 1];
+}
+
+template <typename O>
+__device__ __forceinline__ void store_out(void* y, int64_t idx, float v) {
+  static_cast<O*>(y)[idx] = from_f32<O>(v);
+}
+
+__device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) {
+  if (dtype == 2) return static_cast<const float*>(b)[n];
+  if (dtype == 1) return __half2float(static_cast<const __half*>(b)[n]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[n]);
+}
+
+// Every warp's C fragments to shared memory; after a barrier each output of the 8-column tile is
+// 0 + partial[0] + partial[1] + ... (warp order), times `gscale`, + bias in fp32, rounded once.
+template <typename O, int MT, int KSPLIT>
+__device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[MT][4],
+                                                 int warp, int g, int t, float gscale, const void* bias,
+                                                 int bias_dtype, void* y, int64_t m, int64_t n, int64_t n0) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
+    partial[warp][mt * 16 + g][2 * t + 1] = acc[mt][1];
+    partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
+    partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
+    const int r = idx / 8, c = idx % 8;
+    const int64_t nn = n0 + c;
+    if (r >= m || nn >= n) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
+    float v = sum * gscale;
+    if (bias != nullptr) v += load_bias(bias, bias_dtype, nn);
+    store_out<O>(y, int64_t(r) * n + nn, v);
+  }
+}
+
+}  // namespace qwen38::gemm
