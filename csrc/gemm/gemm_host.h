@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/host.h"
+#include "gemm/nvfp4_linear_launch.h"  // Act, Out
 
 namespace qwen38::gemm {
 
