@@ -133,37 +133,63 @@ def _norm_cpu():
 
 
 # ---- gemm family ---------------------------------------------------------------------------------
-def _nvfp4_check(device: str) -> CheckResult:
-    """nvfp4_linear at model shapes, 1 and 32 rows: within the fp32 accumulation bound of the float64
-    evaluation (K * 2^-23 * sum|x w| * |global|, plus one ulp of the bf16 output) and, on CUDA, every
-    row of the 32-row call equal to its 1-row call."""
-    from . import formats
+_GEMM_SHAPES = ((1024, 5120), (48, 5120), (5120, 6144))
+
+
+def _weight_gemm_check(name: str, device: str, quantize, op, bound) -> CheckResult:
+    """A weight GEMM at model shapes, 1 and 32 rows: within ``bound`` of the float64 evaluation (the
+    fp32 accumulation bound plus one bf16 ulp) and, on CUDA, each row of the 32-row call equal to its
+    1-row call. ``quantize(w_bf16)`` -> the op's weight arguments; ``bound(x, *weights)`` -> (y64, err)."""
     lines, ok, worst = [], True, 0.0
-    for n, k in ((1024, 5120), (48, 5120), (5120, 6144)):
-        w = (torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16)
-        qw = formats.quantize_nvfp4(w)
-        wd = formats.dequantize_nvfp4(qw, torch.float64)
+    for n, k in _GEMM_SHAPES:
+        weights = quantize((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16))
         for m in (1, 32):
             x = _randn(m, k)
-            args = (x, qw.packed, qw.scale, qw.global_scale)
-            dev_args = tuple(a.to(device) for a in args)
-            y = torch.ops.qwen38.nvfp4_linear(*dev_args).cpu().to(torch.float64)
-            y64 = ref.nvfp4_linear(*args, None, torch.float32, acc_dtype=torch.float64).to(torch.float64)
-            bound = k * 2.0 ** -23 * (x.to(torch.float64).abs() @ wd.abs().t()) + y64.abs() * 2.0 ** -8
-            excess = float(((y - y64).abs() / bound.clamp_min(1e-30)).max())
+            dev_args = tuple(a.to(device) for a in (x, *weights))
+            y = op(*dev_args).cpu().to(torch.float64)
+            y64, err = bound(x, *weights)
+            excess = float(((y - y64).abs() / (err + y64.abs() * 2.0 ** -8).clamp_min(1e-30)).max())
             worst = max(worst, excess)
             if excess > 1.0:
                 ok = False
                 lines.append(f"{n}x{k} M={m}: error {excess:.2f}x the bound")
             if device == "cuda" and m > 1:
-                full = torch.ops.qwen38.nvfp4_linear(*dev_args)
+                full = op(*dev_args)
                 for r in (0, m - 1):
-                    one = torch.ops.qwen38.nvfp4_linear(dev_args[0][r:r + 1], *dev_args[1:])
+                    one = op(dev_args[0][r:r + 1], *dev_args[1:])
                     if not torch.equal(one.view(torch.int16), full[r:r + 1].view(torch.int16)):
                         ok = False
                         lines.append(f"{n}x{k}: row {r} of {m} differs from its 1-row call")
-    detail = f"6 cases, worst error {worst:.2f} of the fp32 bound" + ("; " + "; ".join(lines) if lines else "")
-    return CheckResult("nvfp4_linear", device, ok, detail)
+    detail = (f"{2 * len(_GEMM_SHAPES)} cases, worst error {worst:.2f} of the bound"
+              + ("; " + "; ".join(lines) if lines else ""))
+    return CheckResult(name, device, ok, detail)
+
+
+def _nvfp4_check(device: str) -> CheckResult:
+    from . import formats
+
+    def quantize(w):
+        q = formats.quantize_nvfp4(w)
+        return q.packed, q.scale, q.global_scale
+
+    def bound(x, packed, scale, gs):
+        wd = formats.dequantize_nvfp4(formats.NVFP4Weight(packed, scale, gs), torch.float64)
+        y64 = ref.nvfp4_linear(x, packed, scale, gs, None, torch.float32, acc_dtype=torch.float64).to(torch.float64)
+        return y64, x.shape[-1] * 2.0 ** -23 * (x.to(torch.float64).abs() @ wd.abs().t())
+
+    return _weight_gemm_check("nvfp4_linear", device, quantize, torch.ops.qwen38.nvfp4_linear, bound)
+
+
+def _fp8_check(device: str) -> CheckResult:
+    from . import formats_fp8
+    from .reference import fp8 as ref8
+
+    def quantize(w):
+        q = formats_fp8.quantize_fp8_block(w)
+        return q.weight, q.weight_scale_inv
+
+    return _weight_gemm_check("fp8_block_linear", device, quantize, torch.ops.qwen38.fp8_block_linear,
+                              ref8.fp8_block_linear_f64_bound)
 
 
 @register("nvfp4_linear (skinny, 1-32 rows)", "cuda")
@@ -174,37 +200,6 @@ def _nvfp4_cuda():
 @register("nvfp4_linear CPU path (reference)", "cpu")
 def _nvfp4_cpu():
     return _nvfp4_check("cpu")
-
-
-def _fp8_check(device: str) -> CheckResult:
-    """fp8_block_linear at model shapes, 1 and 32 rows: within the reference's float64 bound (plus one
-    bf16 ulp) and, on CUDA, rows of the 32-row call equal to their 1-row calls."""
-    from . import formats_fp8
-    from .reference import fp8 as ref8
-    lines, ok, worst = [], True, 0.0
-    for n, k in ((1024, 5120), (48, 5120), (5120, 6144)):
-        w = formats_fp8.quantize_fp8_block((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16))
-        for m in (1, 32):
-            x = _randn(m, k)
-            args = (x, w.weight, w.weight_scale_inv)
-            dev_args = tuple(a.to(device) for a in args)
-            y = torch.ops.qwen38.fp8_block_linear(*dev_args).cpu().to(torch.float64)
-            y64, err = ref8.fp8_block_linear_f64_bound(*args)
-            bound = err + y64.abs() * 2.0 ** -8
-            excess = float(((y - y64).abs() / bound.clamp_min(1e-30)).max())
-            worst = max(worst, excess)
-            if excess > 1.0:
-                ok = False
-                lines.append(f"{n}x{k} M={m}: error {excess:.2f}x the bound")
-            if device == "cuda" and m > 1:
-                full = torch.ops.qwen38.fp8_block_linear(*dev_args)
-                for r in (0, m - 1):
-                    one = torch.ops.qwen38.fp8_block_linear(dev_args[0][r:r + 1], *dev_args[1:])
-                    if not torch.equal(one.view(torch.int16), full[r:r + 1].view(torch.int16)):
-                        ok = False
-                        lines.append(f"{n}x{k}: row {r} of {m} differs from its 1-row call")
-    detail = f"6 cases, worst error {worst:.2f} of the bound" + ("; " + "; ".join(lines) if lines else "")
-    return CheckResult("fp8_block_linear", device, ok, detail)
 
 
 @register("fp8_block_linear (skinny, 1-32 rows)", "cuda")
