@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import _fail, _shape, check_activation
-from ._checks_gemm import OUT_DTYPES, _check_same_device, _check_tensor
+from ._checks_gemm import _check_same_device, _check_tensor, check_bias_and_out_dtype
 
 FP8_BLOCK = 128     # rows and columns per weight_scale_inv tile
 FP8_K_ALIGN = 16    # the kernels read K in 16-byte vectors of e4m3 codes
@@ -63,20 +63,7 @@ def check_fp8_block_linear(x, w, w_scale_inv, bias=None, out_dtype=None,
                   f"for shape {_shape(w_scale_inv)}")
     _check_same_device(op, "w_scale_inv", w_scale_inv, x)
 
-    if bias is not None:
-        _check_tensor(op, "bias", bias)
-        if bias.dtype not in (x.dtype, torch.float32):
-            _fail(op, f"bias must be {x.dtype} (x's dtype) or float32, got {bias.dtype}")
-        if bias.dim() != 1 or bias.shape[0] != n:
-            _fail(op, f"bias must be 1-D with N = {n} elements, got shape {_shape(bias)} for w shape "
-                      f"{_shape(w)}")
-        if bias.numel() > 1 and bias.stride(0) != 1:
-            _fail(op, f"bias must be contiguous, got stride {list(bias.stride())}")
-        _check_same_device(op, "bias", bias, x)
-
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
-        _fail(op, f"out_dtype must be None (x's dtype), torch.bfloat16, torch.float16 or torch.float32, "
-                  f"got {out_dtype!r}")
+    check_bias_and_out_dtype(op, x, bias, out_dtype, n, "w", w)
     return n, k
 
 

@@ -24,6 +24,25 @@ def _check_same_device(op: str, name: str, t: torch.Tensor, x: torch.Tensor):
         _fail(op, f"{name} is on {t.device} but x is on {x.device}")
 
 
+def check_bias_and_out_dtype(op: str, x, bias, out_dtype, n: int, weight_name: str, weight) -> None:
+    """bias None or [N] (x's dtype or fp32, contiguous, on x's device); out_dtype None, bf16, fp16 or
+    fp32. Shared by the weight GEMMs; messages name the weight whose N the bias must match."""
+    if bias is not None:
+        _check_tensor(op, "bias", bias)
+        if bias.dtype not in (x.dtype, torch.float32):
+            _fail(op, f"bias must be {x.dtype} (x's dtype) or float32, got {bias.dtype}")
+        if bias.dim() != 1 or bias.shape[0] != n:
+            _fail(op, f"bias must be 1-D with N = {n} elements, got shape {_shape(bias)} for {weight_name} "
+                      f"shape {_shape(weight)}")
+        if bias.numel() > 1 and bias.stride(0) != 1:
+            _fail(op, f"bias must be contiguous, got stride {list(bias.stride())}")
+        _check_same_device(op, "bias", bias, x)
+
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        _fail(op, f"out_dtype must be None (x's dtype), torch.bfloat16, torch.float16 or torch.float32, "
+                  f"got {out_dtype!r}")
+
+
 def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None,
                        op: str = "nvfp4_linear") -> tuple[int, int]:
     """x bf16/fp16 [..., K]; w_packed uint8 [N, K/2] (K a positive multiple of 32); w_scale
@@ -68,18 +87,5 @@ def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None
         _fail(op, f"w_global must hold one element (shape [] or [1]), got shape {_shape(w_global)}")
     _check_same_device(op, "w_global", w_global, x)
 
-    if bias is not None:
-        _check_tensor(op, "bias", bias)
-        if bias.dtype not in (x.dtype, torch.float32):
-            _fail(op, f"bias must be {x.dtype} (x's dtype) or float32, got {bias.dtype}")
-        if bias.dim() != 1 or bias.shape[0] != n:
-            _fail(op, f"bias must be 1-D with N = {n} elements, got shape {_shape(bias)} for w_packed "
-                      f"shape {_shape(w_packed)}")
-        if bias.numel() > 1 and bias.stride(0) != 1:
-            _fail(op, f"bias must be contiguous, got stride {list(bias.stride())}")
-        _check_same_device(op, "bias", bias, x)
-
-    if out_dtype is not None and out_dtype not in OUT_DTYPES:
-        _fail(op, f"out_dtype must be None (x's dtype), torch.bfloat16, torch.float16 or torch.float32, "
-                  f"got {out_dtype!r}")
+    check_bias_and_out_dtype(op, x, bias, out_dtype, n, "w_packed", w_packed)
     return n, k
