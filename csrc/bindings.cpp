@@ -32,6 +32,15 @@ TORCH_LIBRARY(qwen38, m) {
   // checkpoints store it); bias [N] or None; y [..., N] in out_dtype (default x's dtype).
   m.def("fp8_block_linear(Tensor x, Tensor w, Tensor w_scale_inv, Tensor? bias=None, "
         "ScalarType? out_dtype=None) -> Tensor");
+
+  // ---- output head (csrc/gemm/head*.{cpp,cu,cuh}) ---------------------------------------------
+  // logits[..., v] = sum_k fp32(x[..., k]) * fp32(w[v, k]) in fp32: x [..., K] bf16/fp16 (K % 16 ==
+  // 0), w [V, K] in x's dtype, logits fp32 [..., V]. Each row bit-identical to its 1-row call.
+  m.def("head_logits(Tensor x, Tensor w) -> Tensor");
+  // Greedy winner of head_logits per row without writing the logits: (index int64 [...], logit fp32
+  // [...]); ties go to the lowest index, NaN counts as the maximum; logit == head_logits(x, w)[.., index]
+  // bit for bit. V >= 1.
+  m.def("head_argmax(Tensor x, Tensor w) -> (Tensor, Tensor)");
 }
 
 namespace {

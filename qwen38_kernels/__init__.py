@@ -25,8 +25,9 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 from . import knobs, reference  # noqa: E402
 from . import formats, nn  # noqa: E402
-from .ops import add_rms_norm, fp8_block_linear, nvfp4_linear, rms_norm, rms_norm_gated  # noqa: E402
+from .ops import (add_rms_norm, fp8_block_linear, head_argmax, head_logits, nvfp4_linear, rms_norm,  # noqa: E402
+                  rms_norm_gated)
 from ._info import check, info  # noqa: E402
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear", "fp8_block_linear", "formats", "nn", "info", "check",
-           "knobs", "reference", "__version__"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear", "fp8_block_linear", "head_logits",
+           "head_argmax", "formats", "nn", "info", "check", "knobs", "reference", "__version__"]

@@ -1,0 +1,131 @@
+"""Benchmark the output head against its peers on the GPU, in one run.
+
+    python benchmarks/bench_head.py [--quick] [--out benchmarks/results/<gpu>/]
+
+Ops: ``torch.ops.qwen38.head_logits(x, w)`` (fp32 logits [M, V]) and ``head_argmax(x, w)`` (the
+fused greedy epilogue: 12 bytes a row written instead of 4 V); x bf16 [M, 5120], w bf16 [V, 5120],
+V = 248320 (Qwen3.8-27B's untied lm_head; the full run adds a 32768-row sliced draft vocabulary),
+M = 1..32 rows (decode and speculative verify).
+Providers:
+  qwen38             head_logits
+  qwen38 argmax      head_argmax
+  cuBLAS bf16+cast   ``F.linear(x, w).float()``: bf16 logits (rounded) cast to fp32, the usual head
+  cuBLAS fp32 out    ``torch.mm(x, w.t(), out_dtype=torch.float32)`` where this torch has it (the same
+                     contract as ours: fp32 logits, no bf16 rounding); skipped with a note otherwise
+bytes = the weight (2 V K), the activations (2 M K) and the output the provider writes (fp32 4 M V;
+bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax: 12 M).
+One weight copy already exceeds L2 many times over, so every call reads it cold.
+Writes head.json / head.meta.json / head.md / head.png (qwen38_kernels.bench.write_results).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from qwen38_kernels import bench  # the package import registers torch.ops.qwen38
+
+OP = "head"
+DEVICE = "cuda"
+DTYPE = torch.bfloat16
+K = 5120
+VOCABS = ((248320, "lm_head"), (32768, "draft vocab"))
+QUICK_VOCABS = VOCABS[:1]
+ROWS = (1, 2, 4, 8, 16, 24, 32)
+QUICK_ROWS = (1, 16, 32)
+MIN_CALLS = 20  # a call streams 2.5 GB (~0.6 ms): 20 calls a graph already hide the launches
+
+
+def _qwen38(x, w):
+    return torch.ops.qwen38.head_logits(x, w)
+
+
+def _qwen38_argmax(x, w):
+    return torch.ops.qwen38.head_argmax(x, w)
+
+
+def _cublas_cast(x, w):
+    return F.linear(x, w).float()
+
+
+def _cublas_fp32(x, w):
+    return torch.mm(x, w.t(), out_dtype=torch.float32)
+
+
+@dataclass
+class Provider:
+    name: str
+    fn: Callable
+    out_bytes: Callable[[int, int], int]  # (M, V) -> bytes written (and re-read) beyond x and w
+
+
+PROVIDERS = (
+    Provider("qwen38", _qwen38, lambda m, v: 4 * m * v),
+    Provider("qwen38 argmax", _qwen38_argmax, lambda m, v: 12 * m),
+    Provider("cuBLAS bf16+cast", _cublas_cast, lambda m, v: (2 + 2 + 4) * m * v),
+    Provider("cuBLAS fp32 out", _cublas_fp32, lambda m, v: 4 * m * v),
+)
+
+
+def record_bytes(prov: Provider, m: int, v: int) -> int:
+    return 2 * v * K + 2 * m * K + prov.out_bytes(m, v)
+
+
+def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.Record], dict]:
+    meta: dict = {}
+    if ceiling is None:
+        ceiling = bench.measure_read_ceiling()
+    meta["ceiling_GBps"] = round(float(ceiling), 1)
+    meta["ceiling_method"] = getattr(ceiling, "method", "given by the caller")
+    print(f"read ceiling {ceiling:.0f} GB/s", file=sys.stderr)
+    rows = QUICK_ROWS if quick else ROWS
+    vocabs = QUICK_VOCABS if quick else VOCABS
+    meta["rows"] = list(rows)
+    meta["shapes"] = [f"{v}x{K} {label}" for v, label in vocabs]
+    records, failures, skipped = [], [], []
+    torch.manual_seed(0)
+    for v, label in vocabs:
+        shape = f"{v}x{K} {label}"
+        w = torch.randn(v, K, dtype=DTYPE, device=DEVICE) * (K ** -0.5)
+        for m in bench.progress(rows, f"bench_head {label}"):
+            for prov in PROVIDERS:
+                try:
+                    base = bench.rotating_copies(
+                        lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE), w if i == 0 else w.clone()),
+                        2 * v * K + 2 * m * K)
+                    copies = len(base)
+                    us = bench.time_calls(prov.fn, base, min_calls=MIN_CALLS)
+                except Exception as e:  # one broken provider must not lose the rest of the sweep
+                    why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+                    if prov.name == "cuBLAS fp32 out":
+                        skipped.append(f"{shape} M={m} {prov.name}: {why}")
+                    else:
+                        failures.append(f"{OP} {shape} M={m} {prov.name}: {why}")
+                        print(f"\nFAILED {failures[-1]}", file=sys.stderr)
+                    continue
+                finally:
+                    base = []
+                records.append(bench.Record.from_timing(OP, prov.name, shape, v, K, m, us,
+                                                        record_bytes(prov, m, v), ceiling,
+                                                        note=f"{copies} weight copies"))
+        del w
+        torch.cuda.empty_cache()
+    if skipped:
+        meta["skipped"] = skipped
+    if failures:
+        meta["failures"] = failures
+    return records, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    return bench.bench_main("head", run, description=__doc__.split("\n\n")[0],
+                            quick_help=f"rows {QUICK_ROWS}, the full vocabulary only",
+                            results_root=Path(__file__).resolve().parent / "results", argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+// Torch-free interface between the output-head host launcher (head.cpp) and its kernels
+// (head_kernel.cuh / head_kernel.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "gemm/nvfp4_linear_launch.h"  // Act
+
+namespace qwen38::gemm {
+
+// Rows (tokens) one launch serves; more rows are cut into launches of this many by the host (the
+// same kernel, so every row keeps the arithmetic of its 1-row call).
+constexpr int64_t kHeadMaxRows = 32;
+
+struct HeadParams {
+  const void* x = nullptr;       // [M, K] bf16/fp16, row stride x_stride (elements), rows 16-byte aligned
+  const void* w = nullptr;       // [V, K] x's dtype, contiguous, 16-byte aligned
+  float* y = nullptr;            // head_logits: [M, V] fp32, contiguous
+  float* ws_val = nullptr;       // head_argmax: [blocks, kHeadMaxRows] per-block best logit
+  int32_t* ws_idx = nullptr;     //              [blocks, kHeadMaxRows] its column (-1: none)
+  float* best_val = nullptr;     // head_argmax: [M] winning logit
+  int64_t* best_idx = nullptr;   //              [M] winning column
+  int64_t m = 0, v = 0, k = 0, x_stride = 0;
+};
+
+// The launch shape of one call: warps per block that split K (a function of K only) and the
+// persistent grid (blocks resident on the device, capped by the number of 32-column tasks).
+struct HeadPlan {
+  int ksplit = 1;
+  int blocks = 0;
+};
+
+// m: rows of one launch (1..kHeadMaxRows). Queries the current device (SM count, occupancy).
+cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, HeadPlan* plan);
+
+// head_logits: writes y. head_argmax: writes ws_* then best_*. p.m <= kHeadMaxRows.
+cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadParams& p, bool pdl,
+                        cudaStream_t stream);
+
+}  // namespace qwen38::gemm

@@ -1,0 +1,238 @@
+"""The output head (torch.ops.qwen38.head_logits / head_argmax): the CUDA kernel against the
+reference's float64 bound, row invariance at every M (1..32 and chunked beyond), the greedy epilogue
+== argmax over head_logits bit for bit (ties, signed zeros, NaN, inf), graphs, determinism, opcheck
+and bad input. The reference itself: tests/test_fp8_reference.py."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import qwen38_kernels as q
+from qwen38_kernels import testing as qt
+from qwen38_kernels.reference import fp8 as ref
+
+OPS = torch.ops.qwen38
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+VOCAB = 248320
+
+
+def _case(m, v, k=5120, dt=torch.bfloat16, seed=0, device="cuda"):
+    x = qt.randn_nonzero(m, k, dtype=dt, seed=seed, device=device)
+    w = qt.randn_nonzero(v, k, dtype=dt, seed=seed + 1, scale=0.02, device=device)
+    return x, w
+
+
+def _within_bound(y, x, w, what):
+    y64, err = ref.head_logits_f64_bound(x.cpu(), w.cpu())
+    over = (y.cpu().double() - y64).abs() - err
+    bad = int((over > 0).sum())
+    assert bad == 0, f"{what}: {bad} logits outside the fp32 accumulation bound, worst by {float(over.max()):.3g}"
+
+
+# ---- CUDA: accuracy, row invariance ---------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 8, 16, 17, 32])
+@pytest.mark.parametrize("v,k", [(4096, 5120), (1000, 5120), (300, 272), (37, 16), (8, 48)])
+def test_logits_within_the_float64_bound(m, v, k):
+    x, w = _case(m, v, k, seed=m)
+    y = OPS.head_logits(x, w)
+    assert y.shape == (m, v) and y.dtype == torch.float32 and y.is_contiguous()
+    assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite logits"
+    _within_bound(y, x, w, f"M={m} V={v} K={k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_full_vocabulary(dt):
+    """The model's head: V = 248320, K = 5120, 1 and 32 rows; checked against float64 on a column
+    sample (the float64 product of the whole head is slow on the CPU)."""
+    x, w = _case(32, VOCAB, dt=dt, seed=11)
+    y32 = OPS.head_logits(x, w)
+    y1 = OPS.head_logits(x[5:6].clone(), w)
+    qt.assert_bitwise_equal(y32[5:6], y1, "row 5 of 32 vs its 1-row call")
+    cols = torch.cat([torch.arange(0, 64), torch.randint(0, VOCAB, (512,), generator=torch.Generator().manual_seed(1)),
+                      torch.arange(VOCAB - 64, VOCAB)]).cuda()
+    _within_bound(y32[:, cols], x, w[cols], "sampled columns")
+    idx, val = OPS.head_argmax(x, w)
+    assert torch.equal(idx, y32.argmax(-1))
+    qt.assert_bitwise_equal(val, y32.gather(-1, idx[:, None])[:, 0], "winning logits")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("v,k", [(4096, 5120), (300, 272)])
+def test_row_invariant_at_every_m(v, k):
+    x, w = _case(32, v, k, seed=3)
+    qt.assert_row_invariant(lambda t: OPS.head_logits(t, w), x)
+    qt.assert_row_invariant(lambda t: OPS.head_argmax(t, w), x)
+
+
+@pytest.mark.gpu
+def test_more_than_32_rows_keep_the_1_row_arithmetic():
+    x, w = _case(70, 1000, seed=4)
+    y = OPS.head_logits(x, w)
+    idx, val = OPS.head_argmax(x, w)
+    for r in (0, 31, 32, 33, 64, 69):
+        qt.assert_bitwise_equal(y[r:r + 1], OPS.head_logits(x[r:r + 1].clone(), w), f"row {r} of 70")
+    assert torch.equal(idx, y.argmax(-1))
+    qt.assert_bitwise_equal(val, y.gather(-1, idx[:, None])[:, 0], "winning logits, 70 rows")
+    x3 = x[:60].view(3, 20, -1)
+    qt.assert_bitwise_equal(OPS.head_logits(x3, w), y[:60].view(3, 20, -1), "leading dims")
+
+
+@pytest.mark.gpu
+@given(m=st.integers(1, 32), data=st.data(),
+       shape=st.sampled_from([(4096, 5120), (1000, 5120), (300, 272), (33, 16), (129, 5120)]))
+def test_row_invariance_fuzz(m, data, shape):
+    v, k = shape
+    row = data.draw(st.integers(0, m - 1), label="row")
+    seed = data.draw(st.integers(0, 2 ** 16), label="seed")
+    x, w = _case(m, v, k, seed=seed)
+    one = x[row:row + 1].clone()
+    qt.assert_bitwise_equal(OPS.head_logits(x, w)[row:row + 1], OPS.head_logits(one, w), f"row {row} of {m}")
+    i_all, v_all = OPS.head_argmax(x, w)
+    i_one, v_one = OPS.head_argmax(one, w)
+    qt.assert_bitwise_equal(i_all[row:row + 1], i_one, f"argmax row {row} of {m}")
+    qt.assert_bitwise_equal(v_all[row:row + 1], v_one, f"argmax logit row {row} of {m}")
+
+
+@pytest.mark.gpu
+def test_a_nan_stays_in_its_row():
+    x, w = _case(8, 500, 256, seed=5)
+    clean = OPS.head_logits(x, w)
+    x[3, 17] = float("nan")
+    x[5, 0] = float("inf")
+    y = OPS.head_logits(x, w)
+    for r in (0, 1, 2, 4, 6, 7):
+        qt.assert_bitwise_equal(y[r], clean[r], f"row {r} next to a NaN/inf row")
+    assert torch.isnan(y[3]).all()
+
+
+# ---- CUDA: the greedy epilogue ----------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,v,k", [(1, 4096, 5120), (16, 1000, 5120), (32, 777, 272), (3, 1, 16)])
+def test_argmax_is_argmax_of_head_logits(m, v, k):
+    x, w = _case(m, v, k, seed=7)
+    logits = OPS.head_logits(x, w)
+    idx, val = OPS.head_argmax(x, w)
+    assert idx.dtype == torch.int64 and val.dtype == torch.float32 and idx.shape == val.shape == (m,)
+    assert torch.equal(idx, logits.argmax(-1))
+    qt.assert_bitwise_equal(val, logits.gather(-1, idx[:, None])[:, 0], "winning logits")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("v", [64, 5000])
+def test_argmax_ties_go_to_the_lowest_index(v):
+    """Integer data: the logits are exact whatever the order, so the CUDA logits equal the reference's
+    bit for bit; each row's winner copied to three columns (far apart: different tasks and blocks);
+    a row of signed zeros; a row holding a NaN."""
+    m, k = 8, 256
+    g = torch.Generator().manual_seed(v)
+    x = torch.randint(-4, 5, (m, k), generator=g).to(torch.bfloat16)
+    w = torch.randint(-1, 2, (v, k), generator=g).to(torch.bfloat16)
+    for r in range(m - 2):
+        pos = [0, v // 2, v - 1] if r == 0 else sorted(torch.randperm(v, generator=g)[:3].tolist())
+        for p in pos:
+            w[p] = torch.sign(x[r].float()).to(torch.bfloat16)
+    x[m - 2] = 0
+    x[m - 1, 5] = float("nan")
+    want_i, want_v = ref.head_argmax(x, w)
+    xc, wc = x.cuda(), w.cuda()
+    logits = OPS.head_logits(xc, wc)
+    qt.assert_bitwise_equal(logits.cpu(), ref.head_logits(x, w), "exact integer logits")
+    idx, val = OPS.head_argmax(xc, wc)
+    qt.assert_bitwise_equal(idx.cpu(), want_i, "winning indices vs the reference")
+    qt.assert_bitwise_equal(val.cpu(), want_v, "winning logits vs the reference")
+    assert idx[m - 2].item() == 0 and idx[m - 1].item() == 0 and math.isnan(val[m - 1].item())
+
+
+@pytest.mark.gpu
+def test_argmax_signed_zeros_huge_values_and_inf():
+    k = 16
+    x = torch.zeros(2, k, dtype=torch.bfloat16)
+    x[0, 0], x[1, 0] = -1.0, 1.0
+    w = torch.zeros(4, k, dtype=torch.bfloat16)
+    w[0, 0], w[2, 0], w[3, 0] = 2.0 ** 127, -0.0, 2.0 ** 127
+    idx, val = OPS.head_argmax(x.cuda(), w.cuda())
+    assert idx.tolist() == [1, 0] and val.tolist() == [0.0, 2.0 ** 127]
+    x2 = torch.full((1, k), 1.0, dtype=torch.bfloat16)
+    w2 = torch.zeros(5, k, dtype=torch.bfloat16)
+    w2[0], w2[2], w2[4] = -1.0, 2.0 ** 127, 2.0 ** 127
+    idx, val = OPS.head_argmax(x2.cuda(), w2.cuda())
+    assert idx.tolist() == [2] and val.item() == float("inf")
+
+
+# ---- CUDA: graphs, determinism, wrappers --------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 32])
+def test_graph_equals_eager_and_deterministic(m):
+    x, w = _case(m, 4096, seed=8)
+    qt.assert_graph_equals_eager(lambda t: OPS.head_logits(t, w), x)
+    qt.assert_deterministic(lambda t: OPS.head_logits(t, w), x, times=3)
+    qt.assert_graph_equals_eager(lambda t: OPS.head_argmax(t, w), x)
+    qt.assert_deterministic(lambda t: OPS.head_argmax(t, w), x, times=3)
+
+
+@pytest.mark.gpu
+def test_pdl_off_gives_the_same_bits():
+    x, w = _case(9, 1000, seed=9)
+    y = OPS.head_logits(x, w)
+    with q.knobs.override(QWEN38_PDL="0"):
+        qt.assert_bitwise_equal(OPS.head_logits(x, w), y, "PDL off")
+
+
+@pytest.mark.gpu
+def test_wrappers_call_the_ops():
+    x, w = _case(2, 100, 64, seed=10)
+    qt.assert_bitwise_equal(q.head_logits(x, w), OPS.head_logits(x, w), "head_logits wrapper")
+    qt.assert_bitwise_equal(q.head_argmax(x, w)[0], OPS.head_argmax(x, w)[0], "head_argmax wrapper")
+
+
+# ---- every device: opcheck, bad input, empty calls -------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    x, w = _case(3, 40, 64, seed=12, device=device)
+    qt.run_opcheck(OPS.head_logits.default, (x, w))
+    qt.run_opcheck(OPS.head_argmax.default, (x, w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_calls(device):
+    x, w = _case(2, 8, 64, seed=13, device=device)
+    assert OPS.head_logits(x[:0], w).shape == (0, 8)
+    assert OPS.head_logits(x, w[:0]).shape == (2, 0)
+    i, v = OPS.head_argmax(x[:0], w)
+    assert i.shape == v.shape == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_argument(device):
+    x, w = _case(2, 8, 64, seed=14, device=device)
+    cases = [  # (arg, x, w)
+        ("x", x.float(), w), ("x", x[:, :48].contiguous(), w),
+        ("x", qt.randn_nonzero(2, 128, device=device)[:, ::2], w),
+        ("w", x, w.half()), ("w", x, w.flatten()),
+        ("w", x[:, :40].contiguous(), w[:, :40].contiguous()),
+        ("w", x, torch.zeros(8, 128, dtype=torch.bfloat16, device=device)[:, ::2]),
+    ]
+    for name in ("head_logits", "head_argmax"):
+        op = getattr(OPS, name)
+        for arg, xx, ww in cases:
+            with pytest.raises(ValueError, match=rf"qwen38\.{name}: .*{arg}"):
+                op(xx, ww)
+    with pytest.raises(ValueError, match=r"qwen38\.head_argmax: w must have at least one row"):
+        OPS.head_argmax(x, w[:0])
+
+
+@pytest.mark.gpu
+def test_bad_device_mix_names_the_argument():
+    x, w = _case(2, 8, 64, seed=15)
+    with pytest.raises(ValueError, match=r"qwen38\.head_logits: w is on cpu"):
+        OPS.head_logits(x, w.cpu())
