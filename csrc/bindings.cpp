@@ -41,6 +41,26 @@ TORCH_LIBRARY(qwen38, m) {
   // [...]); ties go to the lowest index, NaN counts as the maximum; logit == head_logits(x, w)[.., index]
   // bit for bit. V >= 1.
   m.def("head_argmax(Tensor x, Tensor w) -> (Tensor, Tensor)");
+
+  // ---- causal conv1d of the GDN layers (csrc/conv/) ------------------------------------------
+  // Depthwise, width 4, + silu, per channel c of x [.., C] (bf16/fp16): s = ((w0 u0 + w1 u1) + w2 u2)
+  // + w3 u3 in fp32 (products rounded first, no FMA) over the window u = (3 previous raw inputs,
+  // the current one); y = round(silu(s)) (silu in float64, rounded to fp32, then to x's dtype).
+  // conv_state [S, C, 3] in x's dtype (index 2 newest), weight [C, 4] x's dtype or fp32 (weight[c, 3]
+  // multiplies the current input), slots [B] int32/int64 state rows (-1 = padding: zeros, no writes).
+  // One token per sequence, x [B, C]; conv_state rows `slots` (distinct) shifted in place; y [B, C].
+  m.def("conv_step(Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor slots) -> Tensor");
+  // Chain verify: x [B, T, C], T <= 16, lengths [B] or None (= T); conv_state read only; y [B, T, C]
+  // (row t == the (t+1)-th of successive conv_step calls; rows at/after a length are zeros).
+  m.def("conv_chain(Tensor x, Tensor conv_state, Tensor weight, Tensor slots, Tensor? lengths=None) -> Tensor");
+  // Tree verify: x [B, T, C], T <= 64 nodes in depth-first pre-order, parents [B, T] (-1 = child of
+  // the committed state); a node's window is its ancestors' inputs. conv_state read only; y [B, T, C].
+  m.def("conv_tree(Tensor x, Tensor conv_state, Tensor weight, Tensor slots, Tensor parents, "
+        "Tensor? lengths=None) -> Tensor");
+  // Commit (data movement): conv_state rows `slots` (distinct) get the 3 newest raw inputs of [row,
+  // accepted path of x [B, T, C]]. Chain (parents None): accepted [B] = prefix length in [0, T];
+  // tree: accepted [B] = deepest accepted node in [-1, T).
+  m.def("conv_commit(Tensor x, Tensor(a!) conv_state, Tensor slots, Tensor accepted, Tensor? parents=None) -> ()");
 }
 
 namespace {

@@ -31,6 +31,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_STRICT_TABLES", "0",
          "1: a weight shape with no tile-table entry raises instead of warning once and taking the "
          "default variant (the tests set this)."),
+    Knob("QWEN38_CONV_CHECK_INDICES", "1",
+         "1: an eager CUDA call of conv_step / conv_chain / conv_tree / conv_commit copies its index "
+         "tensors (slots, lengths, parents, accepted) to the host and validates them like the reference "
+         "(a small synchronising copy; skipped during CUDA-graph capture); 0: no copy, the kernel's own "
+         "guards only (out-of-range indices write nothing and give zero outputs)."),
 ]}
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -1,0 +1,165 @@
+// Causal depthwise conv1d of width 4 + silu for decode and speculative verify: step, chain, tree
+// and commit. Reference (THE CONTRACT): qwen38_kernels/reference/gdn.py, "Conv" and
+// "Verify / commit"; the tensors: conv_launch.h.
+//
+// Per sequence b and channel c, with the window u0..u3 = the 3 previous raw inputs (oldest first)
+// and the current one:
+//   s = ((w0*u0 + w1*u1) + w2*u2) + w3*u3      fp32; each product rounded, then added in this order:
+//                                              __fmul_rn / __fadd_rn, which nvcc never fuses
+//   y = round_to(x.dtype, round_fp32(silu_f64(s)))   silu(s) = s / (1 + exp(-s)) in double (the
+//                                              reference's torch float64 silu), rounded to fp32,
+//                                              then to x's dtype. The sum is NOT rounded before silu.
+// The float64 silu is not correctly rounded on either side (CUDA's and the CPU's exp are within an
+// ulp of float64), so a result could differ only where the float64 value lies within ~2^-52 of an
+// fp32 rounding boundary: a few in 2^28 outputs, none seen. A NaN output is a NaN; its payload and
+// sign are the device's (CUDA's canonical NaN), not necessarily the CPU reference's.
+//
+// A node's window (chain: parent of t is t - 1; tree: parents[b, t]) is its nearest ancestors'
+// inputs, then the conv_state row's newest entries: walk the parent chain up to 3 steps:
+//
+//      state row:  s0 s1 s2          path:  root ... grandparent  parent  node
+//      window of node = [ 3 newest of (s0, s1, s2, inputs on the path before node) ] + x[node]
+//
+// The commit writes the 3 newest of (s0, s1, s2, inputs of the accepted path), the same walk started
+// at the accepted node itself. One thread per (sequence, channel): it reads its state entries before
+// writing them, so no other thread's data is involved.
+//
+// Guards (the host checks the index values in eager mode; a captured graph cannot, so the kernel
+// protects memory itself): a slot out of [0, S) or -1 reads and writes nothing and gives zero
+// outputs; in the writing modes a slot already used by an earlier sequence of the call is skipped
+// too (no two sequences write one row); a length outside [0, T] zeroes the sequence; a parent that
+// is not -1 or an earlier node (a walk that would not end) zeroes that node's output; an accepted
+// value out of range writes nothing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/pdl.cuh"
+#include "common/vec.cuh"
+#include "conv/conv_launch.h"
+
+namespace qwen38::conv {
+
+constexpr int kThreads = 256;  // channels per block
+
+__device__ __forceinline__ int64_t load_index(const void* p, bool is64, int64_t i) {
+  return is64 ? static_cast<const int64_t*>(p)[i] : int64_t(static_cast<const int32_t*>(p)[i]);
+}
+
+// silu in float64, rounded to fp32: s / (1 + exp(-s)), each double operation IEEE round-to-nearest.
+__device__ __forceinline__ float silu_f64_to_f32(float s) {
+  const double d = double(s);
+  return __double2float_rn(__ddiv_rn(d, __dadd_rn(1.0, exp(-d))));
+}
+
+template <typename T, typename W>
+__device__ __forceinline__ T conv_out(const T (&u)[kWidth], const W* __restrict__ w4) {
+  float p[kWidth];
+#pragma unroll
+  for (int i = 0; i < kWidth; ++i) p[i] = __fmul_rn(to_f32<W>(w4[i]), to_f32<T>(u[i]));
+  const float s = __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), p[2]), p[3]);
+  return from_f32<T>(silu_f64_to_f32(s));
+}
+
+// Is slot `slot` of sequence b usable: in range and (when `distinct`) not taken by an earlier sequence.
+__device__ __forceinline__ bool slot_ok(const Params& p, int64_t b, int64_t slot, bool distinct) {
+  if (slot < 0 || slot >= p.state_rows) return false;
+  if (distinct)
+    for (int64_t e = 0; e < b; ++e)
+      if (load_index(p.slots, p.slots64, e) == slot) return false;
+  return true;
+}
+
+// The parent of node i of sequence b (chain: i - 1).
+template <Mode M>
+__device__ __forceinline__ int64_t parent_of(const Params& p, int64_t b, int64_t i) {
+  if constexpr (M == Mode::kChain) return i - 1;
+  if (p.parents == nullptr) return i - 1;  // a chain commit
+  return load_index(p.parents, p.parents64, b * p.parents_sb + i);
+}
+
+// Walk up from `cur` (the parent of the node being built, `prev` that node): the first input found
+// goes to u[hi], then u[hi - 1], ..., u[0]; past the root the state row's s[2], s[1], s[0] follow.
+// Raw values of T (the commit moves bits, NaN payloads included). Returns false when the walk meets
+// an invalid parent (not -1 and not an earlier node, so the walk might not end).
+template <typename T, Mode M>
+__device__ __forceinline__ bool walk(const Params& p, int64_t b, int64_t c, int64_t cur, int64_t prev,
+                                     const T* __restrict__ srow, T* u, int hi) {
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  int st = kWidth - 2;  // newest state entry not used yet
+  for (int j = hi; j >= 0; --j) {
+    if (cur >= 0) {
+      if (cur >= prev) return false;
+      u[j] = x[b * p.x_sb + cur * p.x_st + c];
+      prev = cur;
+      cur = parent_of<M>(p, b, cur);
+    } else if (cur == -1) {
+      u[j] = srow[st--];
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T, typename W, Mode M>
+__global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
+  const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t b = blockIdx.y;
+  if (c >= p.channels) return;
+  pdl_wait();
+  pdl_allow();
+
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const W* __restrict__ w4 = static_cast<const W*>(p.weight) + c * kWidth;
+  T* state = static_cast<T*>(p.state);
+  T* y = static_cast<T*>(p.y);
+  const int64_t slot = load_index(p.slots, p.slots64, b);
+  const bool writes = M == Mode::kStep || M == Mode::kCommit;
+  const bool live = slot_ok(p, b, slot, writes);
+  T* srow = state + (live ? slot : 0) * p.channels * (kWidth - 1) + c * (kWidth - 1);
+
+  if constexpr (M == Mode::kStep) {
+    if (!live) {
+      y[b * p.channels + c] = from_f32<T>(0.0f);
+      return;
+    }
+    const T u[kWidth] = {srow[0], srow[1], srow[2], x[b * p.x_sb + c]};
+    y[b * p.channels + c] = conv_out<T, W>(u, w4);
+    srow[0] = u[1];
+    srow[1] = u[2];
+    srow[2] = u[3];
+  } else if constexpr (M == Mode::kCommit) {
+    if (!live) return;
+    const int64_t a = load_index(p.accepted, p.accepted64, b);
+    int64_t node;
+    if (p.parents == nullptr) {  // chain: accepted prefix length in [0, T]
+      if (a <= 0 || a > p.tokens) return;
+      node = a - 1;
+    } else {  // tree: deepest accepted node in [-1, T)
+      if (a < 0 || a >= p.tokens) return;
+      node = a;
+    }
+    T u[kWidth - 1];
+    u[kWidth - 2] = x[b * p.x_sb + node * p.x_st + c];
+    if (!walk<T, M>(p, b, c, parent_of<M>(p, b, node), node, srow, u, kWidth - 3)) return;
+#pragma unroll
+    for (int j = 0; j < kWidth - 1; ++j) srow[j] = u[j];
+  } else {  // chain, tree: read only
+    int64_t len = p.tokens;
+    if (p.lengths != nullptr) len = load_index(p.lengths, p.lengths64, b);
+    const bool seq_ok = live && len >= 0 && len <= p.tokens;
+    for (int64_t i = 0; i < p.tokens; ++i) {
+      T out = from_f32<T>(0.0f);
+      if (seq_ok && i < len) {
+        T u[kWidth];
+        u[kWidth - 1] = x[b * p.x_sb + i * p.x_st + c];
+        if (walk<T, M>(p, b, c, parent_of<M>(p, b, i), i, srow, u, kWidth - 2)) out = conv_out<T, W>(u, w4);
+      }
+      y[(b * p.tokens + i) * p.channels + c] = out;
+    }
+  }
+}
+
+}  // namespace qwen38::conv
