@@ -212,6 +212,95 @@ def _fp8_cpu():
     return _fp8_check("cpu")
 
 
+# ---- output head ---------------------------------------------------------------------------------
+
+def _head_check(device: str) -> CheckResult:
+    """head_logits within the float64 bound on a 4096-row slice of the model's head (1 and 32 rows),
+    head_argmax == argmax of head_logits; on CUDA each row of the 32-row call == its 1-row call."""
+    from .reference import fp8 as ref8
+    lines, ok = [], True
+    w = _randn(4096, 5120, scale=0.02)
+    for m in (1, 32):
+        x = _randn(m, 5120)
+        xd, wd = x.to(device), w.to(device)
+        y = torch.ops.qwen38.head_logits(xd, wd)
+        y64, err = ref8.head_logits_f64_bound(x, w)
+        bad = int(((y.cpu().double() - y64).abs() > err).sum())
+        if bad:
+            ok = False
+            lines.append(f"M={m}: {bad} logits outside the fp32 bound")
+        idx, val = torch.ops.qwen38.head_argmax(xd, wd)
+        if not torch.equal(idx.cpu(), y.cpu().argmax(-1)) or not torch.equal(
+                val.cpu().view(torch.int32), y.cpu().gather(-1, idx.cpu()[:, None])[:, 0].view(torch.int32)):
+            ok = False
+            lines.append(f"M={m}: head_argmax differs from argmax(head_logits)")
+        if device == "cuda" and m > 1:
+            for r in (0, m - 1):
+                one = torch.ops.qwen38.head_logits(xd[r:r + 1].clone(), wd)
+                if not torch.equal(one.view(torch.int32), y[r:r + 1].view(torch.int32)):
+                    ok = False
+                    lines.append(f"row {r} of {m} differs from its 1-row call")
+    return CheckResult("head", device, ok, "4096x5120, M 1 and 32" + ("; " + "; ".join(lines) if lines else ""))
+
+
+@register("head_logits, head_argmax (1-32 rows)", "cuda")
+def _head_cuda():
+    return _head_check("cuda")
+
+
+@register("head_logits, head_argmax CPU path (references)", "cpu")
+def _head_cpu():
+    return _head_check("cpu")
+
+
+# ---- causal conv1d ----------------------------------------------------------------------------------
+
+def _conv_check(device: str) -> CheckResult:
+    """conv_step / conv_chain / conv_tree / conv_commit on CUDA == the CPU references bit for bit
+    (C = 10240, 2 sequences, a 7-node tree); on the CPU: within 1 ulp of the float64 evaluation."""
+    from .reference import gdn
+    c, lines = gdn.CONV_CHANNELS, []
+    x = _randn(2, 7, c, scale=2.0)
+    cs = _randn(4, c, 3, scale=2.0)
+    w = _randn(c, 4, scale=0.5)
+    slots = torch.tensor([3, 1])
+    parents = torch.tensor([[-1, 0, 1, 1, -1, 4, 5], [-1, 0, 0, 2, 3, 3, -1]])
+    dev = lambda *ts: tuple(t.to(device) for t in ts)  # noqa: E731
+    ops = torch.ops.qwen38
+    pairs = [
+        ("conv_chain", ops.conv_chain(*dev(x, cs, w, slots)), gdn.conv_chain(x, cs, w, slots)),
+        ("conv_tree", ops.conv_tree(*dev(x, cs, w, slots, parents)), gdn.conv_tree(x, cs, w, slots, parents)),
+    ]
+    st_dev, st_ref = cs.clone().to(device), cs.clone()
+    pairs.append(("conv_step", ops.conv_step(*dev(x[:, 0]), st_dev, *dev(w, slots)),
+                  gdn.conv_step(x[:, 0], st_ref, w, slots)))
+    pairs.append(("conv_step state", st_dev, st_ref))
+    ops.conv_commit(*dev(x), st_dev, *dev(slots, torch.tensor([3, 5]), parents))
+    gdn.conv_commit(x, st_ref, slots, torch.tensor([3, 5]), parents)
+    pairs.append(("conv_commit state", st_dev, st_ref))
+    if device == "cpu":  # the CPU kernels ARE the references: measure them against float64 instead
+        pairs = [("conv_chain", pairs[0][1], gdn.conv_chain(x, cs, w, slots, acc_dtype=torch.float64)),
+                 ("conv_tree", pairs[1][1], gdn.conv_tree(x, cs, w, slots, parents, acc_dtype=torch.float64))]
+        worst = max(int(ulp_diff(got, want).max()) for _, got, want in pairs)
+        ok = worst <= 1
+        return CheckResult("conv", device, ok, f"C=10240, chain/tree max {worst} ulp vs float64", max_ulp=worst)
+    for name, got, want in pairs:
+        if not torch.equal(got.cpu().view(torch.int16), want.view(torch.int16)):
+            lines.append(f"{name} differs from the reference")
+    return CheckResult("conv", device, not lines, "C=10240, step/chain/tree/commit bit for bit vs the reference"
+                       + ("; " + "; ".join(lines) if lines else ""))
+
+
+@register("conv_step, conv_chain, conv_tree, conv_commit", "cuda")
+def _conv_cuda():
+    return _conv_check("cuda")
+
+
+@register("conv CPU path (references)", "cpu")
+def _conv_cpu():
+    return _conv_check("cpu")
+
+
 @register("tile tables", "cpu")
 def _tables():
     from . import tables
