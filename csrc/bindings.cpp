@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "gemm/skinny_variants.h"
 #include "norm/norm_launch.h"
 
 TORCH_LIBRARY(qwen38, m) {
@@ -74,6 +75,33 @@ pybind11::object probe_device() {
   return pybind11::make_tuple(bin, ptx);
 }
 
+qwen38::gemm::SkinnyOp skinny_op(const std::string& op) {
+  if (op == "nvfp4_linear") return qwen38::gemm::SkinnyOp::kNvfp4;
+  if (op == "fp8_block_linear") return qwen38::gemm::SkinnyOp::kFp8Block;
+  throw pybind11::value_error("qwen38: op must be 'nvfp4_linear' or 'fp8_block_linear', got '" + op + "'");
+}
+
+void set_skinny_variant(const std::string& op, int64_t n, int64_t k, int ksplit, int nt_narrow, int nt_wide) {
+  const qwen38::gemm::SkinnyVariant v{ksplit, nt_narrow, nt_wide};
+  if (n <= 0 || k <= 0) throw pybind11::value_error("qwen38.set_skinny_variant: n and k must be positive");
+  if (!qwen38::gemm::skinny_variant_valid(v))
+    throw pybind11::value_error("qwen38.set_skinny_variant: ksplit must be 1, 2, 4, 8 or 16 and nt_narrow, "
+                                "nt_wide 1, 2 or 4; got " + std::to_string(ksplit) + ", " +
+                                std::to_string(nt_narrow) + ", " + std::to_string(nt_wide));
+  qwen38::gemm::set_skinny_variant(skinny_op(op), n, k, v);
+}
+
+pybind11::tuple skinny_variant(const std::string& op, int64_t n, int64_t k) {
+  bool from_table = false;
+  const auto v = qwen38::gemm::lookup_skinny_variant(skinny_op(op), n, k, &from_table);
+  return pybind11::make_tuple(v.ksplit, v.nt_narrow, v.nt_wide, from_table);
+}
+
+pybind11::tuple skinny_default_variant(int64_t n, int64_t k) {
+  const auto v = qwen38::gemm::skinny_default(n, k);
+  return pybind11::make_tuple(v.ksplit, v.nt_narrow, v.nt_wide);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -81,4 +109,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("probe_device", &probe_device,
         "(binary_version, ptx_version) of a kernel on the current CUDA device, or the CUDA error "
         "string when this build cannot run there");
+  m.def("set_skinny_variant", &set_skinny_variant, pybind11::arg("op"), pybind11::arg("n"), pybind11::arg("k"),
+        pybind11::arg("ksplit"), pybind11::arg("nt_narrow"), pybind11::arg("nt_wide"),
+        "Registers the launch variant of a skinny kernel (nvfp4_linear, fp8_block_linear) for weight "
+        "shape (n, k); the tile tables call this at import (qwen38_kernels/tables.py)");
+  m.def("clear_skinny_variants", [](const std::string& op) { qwen38::gemm::clear_skinny_variants(skinny_op(op)); },
+        "Drops every registered variant of op (shapes then use the default rule)");
+  m.def("skinny_variant", &skinny_variant,
+        "(ksplit, nt_narrow, nt_wide, from_table): the variant a call with weight shape (n, k) uses");
+  m.def("skinny_default_variant", &skinny_default_variant,
+        "(ksplit, nt_narrow, nt_wide) of the default rule for weight shape (n, k)");
 }

@@ -110,3 +110,63 @@ def lookup(arch: str, op: str, n: int, k: int) -> dict:
         _warned.add((arch, op, n, k))
         warnings.warn(msg, stacklevel=2)
     return table["default"]
+
+
+# ---- the skinny weight-GEMM kernels' variants ---------------------------------------------------
+# nvfp4_skinny.json (1..16 rows) and nvfp4_skinny_wide.json (17..32 rows) hold variants
+# "ks<K>_nt<T>": K warps split each weight row's k range (fixes the fp32 sum order: the two tables
+# must agree on it for every shape), T 8-row tiles per warp (no effect on any sum). fp8_block.json
+# holds "variant" (1..16 rows) and "variant_wide" (17..32 rows) per shape.
+_VARIANT = re.compile(r"^ks(1|2|4|8|16)_nt(1|2|4)$")
+SKINNY_TABLES = {"nvfp4_linear": ("nvfp4_skinny", "nvfp4_skinny_wide"), "fp8_block_linear": ("fp8_block", None)}
+
+
+def parse_variant(name: str, where: str = "variant") -> tuple[int, int]:
+    """"ks4_nt2" -> (4, 2); TableError for anything else."""
+    m = _VARIANT.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise TableError(f"{where}: {name!r} is not a skinny variant 'ks<1|2|4|8|16>_nt<1|2|4>'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """{(N, K): (ksplit, nt_narrow, nt_wide)} from the tables of ``op`` for ``arch`` (empty when none)."""
+    narrow_name, wide_name = SKINNY_TABLES[op]
+    narrow = load(arch, narrow_name)
+    if narrow is None:
+        return {}
+    wide = load(arch, wide_name) if wide_name else None
+    out = {}
+    for key, entry in narrow["entries"].items():
+        n, k = (int(v) for v in key.split(","))
+        ks, ntn = parse_variant(entry["variant"], f"{arch}/{narrow_name}.json {key}")
+        if wide_name is None:
+            wks, ntw = parse_variant(entry.get("variant_wide", entry["variant"]), f"{arch}/{narrow_name}.json {key}")
+        elif wide is not None and key in wide["entries"]:
+            wks, ntw = parse_variant(wide["entries"][key]["variant"], f"{arch}/{wide_name}.json {key}")
+        else:
+            wks, ntw = ks, max(1, ntn // 2)
+        if wks != ks:
+            raise TableError(f"{arch}: {key}: the 1..16-row and 17..32-row variants split k differently "
+                             f"(ks{ks} vs ks{wks}); rows would stop being bit-identical to their 1-row call")
+        out[(n, k)] = (ks, ntn, ntw)
+    return out
+
+
+def register_skinny_tables(arch: str | None = None) -> int:
+    """Registers the skinny kernels' table entries for ``arch`` (default: the current CUDA device's,
+    e.g. "sm_90") with the extension; returns the number of shapes registered. Called at import."""
+    from . import _C
+    if arch is None:
+        import torch
+        if not torch.cuda.is_available():
+            return 0
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}"
+    count = 0
+    for op in SKINNY_TABLES:
+        _C.clear_skinny_variants(op)
+        for (n, k), (ks, ntn, ntw) in skinny_variants(arch, op).items():
+            _C.set_skinny_variant(op, n, k, ks, ntn, ntw)
+            count += 1
+    return count

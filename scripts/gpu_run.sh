@@ -4,13 +4,15 @@
 #
 #   bash scripts/gpu_run.sh OUT_DIR [--arch 9.0a] [--quick] [--no-tests] [--no-bench] [-k PYTEST_EXPR]
 #                               [--bench NAME]   (only benchmarks/bench_NAME.py; default: all)
+#                               [--tests FILES]  (test files; default: tests)  [--all-tests] (CPU ones too)
+#                               [--sweep]        (tile-table sweep first: writes tables/<arch>/, kept in OUT)
 #
 # OUT_DIR receives: run.log (everything), main.json (python -m qwen38_kernels --json),
 # sass.txt (per-kernel registers/spills/shared memory for sm_90a and sm_121a, and SASS notes),
 # results.tar (benchmarks/results/<gpu>/ as written by the benchmarks), junit.xml (pytest).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [options]}; shift
-arch=9.0a quick=0 tests=1 benches=1 kexpr="" only="*"
+arch=9.0a quick=0 tests=1 benches=1 kexpr="" only="*" tfiles=tests marker="-m gpu" sweep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) arch=$2; shift ;;
@@ -19,6 +21,9 @@ while [ $# -gt 0 ]; do
     --no-bench) benches=0 ;;
     -k) kexpr=$2; shift ;;
     --bench) only=$2; shift ;;
+    --tests) tfiles=$2; shift ;;
+    --all-tests) marker="" ;;
+    --sweep) sweep=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -47,11 +52,19 @@ tail -20 "$out/sass.txt" 2>/dev/null
 step "main job"
 python3 -m qwen38_kernels --no-bench --json "$out/main.json" 2>&1 | tee -a "$log" || status=1
 
+if [ $sweep = 1 ]; then
+  step "tile-table sweep (tables/ of this GPU's arch)"
+  qs=""; [ $quick = 1 ] && qs="--quick"
+  python3 -m qwen38_kernels.sweep --out tables $qs 2>&1 | tee -a "$log" | tail -8 || status=1
+  tar -cf "$out/tables.tar" tables
+fi
+
 if [ $tests = 1 ]; then
   step "tests (GPU and CPU)"
   # pytest-xdist where installed: a crashing worker is replaced and its test reported as failed
   par=""; python3 -c 'import xdist' 2>/dev/null && par="-n 8"
-  python3 -m pytest -q $par --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} tests 2>&1 | tee -a "$log" | tail -30 || status=1
+  # GPU tests only unless --all-tests: CI runs the CPU ones on every landing
+  python3 -m pytest -q $par $marker --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} $tfiles 2>&1 | tee -a "$log" | tail -30 || status=1
 fi
 
 if [ $benches = 1 ]; then

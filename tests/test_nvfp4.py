@@ -52,8 +52,9 @@ def test_software_e2m1_decode_every_byte(tmp_path):
                     os.path.join(ROOT, "tests", "native", "nvfp4_decode_check.cu"), "-o", str(exe)],
                    check=True, capture_output=True)
     lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    rows = [ln.split() for ln in lines if ln.strip()]
-    assert len(rows) == 256
+    rows = [ln.split() for ln in lines if ln.strip() and not ln.startswith("w ")]
+    words = [ln.split()[1:] for ln in lines if ln.startswith("w ")]
+    assert len(rows) == 256 and len(words) == 16 * 8 + 512 + 2
     for b, f16, bf16 in rows:
         b, f16, bf16 = int(b), int(f16, 16), int(bf16, 16)
         lo, hi = _e2m1(b & 15), _e2m1(b >> 4)
@@ -62,6 +63,17 @@ def test_software_e2m1_decode_every_byte(tmp_path):
         # sign of zero kept: 0x8 is -0
         if b & 15 == 8:
             assert f16 & 0x8000 and bf16 & 0x8000
+    # word-level decode of the skinny kernel: pair i = (element i, element i + 4), signs of zero kept
+    for w, *pairs in words:
+        w = int(w, 16)
+        nib = [(w >> (4 * i)) & 15 for i in range(8)]
+        for i in range(4):
+            f16, bf16 = int(pairs[i], 16), int(pairs[4 + i], 16)
+            lo, hi = nib[i], nib[i + 4]
+            assert _f16(f16 & 0xFFFF) * 2.0 ** 14 == _e2m1(lo) and _f16(f16 >> 16) * 2.0 ** 14 == _e2m1(hi), f"fp16 word {w:#010x} pair {i}"
+            assert _bf16(bf16 & 0xFFFF) * 2.0 ** 126 == _e2m1(lo) and _bf16(bf16 >> 16) * 2.0 ** 126 == _e2m1(hi), f"bf16 word {w:#010x} pair {i}"
+            assert bool(f16 & 0x8000) == bool(lo & 8) and bool(f16 >> 31) == bool(hi & 8)
+            assert bool(bf16 & 0x8000) == bool(lo & 8) and bool(bf16 >> 31) == bool(hi & 8)
 
 
 # ---- helpers ----------------------------------------------------------------------------------

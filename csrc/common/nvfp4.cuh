@@ -115,4 +115,108 @@ __device__ __forceinline__ uint32_t decode_scaled<__nv_bfloat16>(uint32_t byte, 
 #endif
 }
 
+// ---- word-level decode for the skinny kernel ---------------------------------------------------
+// A 32-bit word holds 8 e2m1 nibbles (nibble i = element i, bits 4i..4i+3). pair<I>(word) is the
+// 16-bit pair (element I in the low half, element I + 4 in the high half), I = 0..3, as raw bit
+// patterns that are exactly the e2m1 value times 2^-14 (fp16) or 2^-126 (bf16): magnitude bits
+// (e1 e0 m) at the bottom of the exponent field / top of the mantissa, sign at bit 15. Both
+// nibbles of a pair sit 16 bits apart in the word's halves' positions after one shift, so a pair
+// costs two shifts and two logic ops.
+template <int I>
+__host__ __device__ __forceinline__ uint32_t shl(uint32_t w) {
+  if constexpr (I >= 0) return w << I; else return w >> (-I);
+}
+template <int I>
+__host__ __device__ __forceinline__ uint32_t pair_raw_f16(uint32_t w) {
+  return (shl<9 - 4 * I>(w) & 0x0E000E00u) | (shl<12 - 4 * I>(w) & 0x80008000u);
+}
+template <int I>
+__host__ __device__ __forceinline__ uint32_t pair_raw_bf16(uint32_t w) {
+  return (shl<6 - 4 * I>(w) & 0x01C001C0u) | (shl<12 - 4 * I>(w) & 0x80008000u);
+}
+
+// One e4m3 block scale (as fp16, exact) -> the pair multiplier of PairDecode<T>.
+//   software decode: raw (v 2^-14 | v 2^-126) * (s 2^7 | s 2^119) = v s 2^-7
+//   hardware decode: v * (s 2^-7)                                  = v s 2^-7
+// Every v*s (at most 6 significant bits, a multiple of 2^-10, at most 2688) times 2^-7 is exact in
+// fp16 and bf16, so B = v s 2^-7 exactly; the kernel multiplies its fp32 sums by 2^7 (exact).
+constexpr float kPairUnscale = 128.0f;
+
+template <typename T> struct PairDecode;
+template <> struct PairDecode<__half> {
+  using T2 = __half2;
+  static __device__ __forceinline__ T2 scale(__half s) {
+#ifdef QWEN38_HW_E2M1
+    return __hmul2(__half2half2(s), __float2half2_rn(0.0078125f));  // s 2^-7 (exact, >= 2^-16)
+#else
+    return __hmul2(__half2half2(s), __float2half2_rn(128.0f));  // s 2^7 <= 57344
+#endif
+  }
+};
+template <> struct PairDecode<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ T2 scale(__half s) {
+    const float f = __half2float(s);
+#ifdef QWEN38_HW_E2M1
+    return __float2bfloat162_rn(f * 0.0078125f);
+#else
+    return __float2bfloat162_rn(f * 6.6461399789245794e35f);  // s 2^119 < 2^128
+#endif
+  }
+};
+
+// The four pairs of a word, each times the block multiplier: out[i] = (elem i, elem i+4) * v s 2^-7.
+template <typename T>
+__device__ __forceinline__ void decode_word(uint32_t (&out)[4], uint32_t w, typename PairDecode<T>::T2 s2);
+
+#ifdef QWEN38_HW_E2M1
+__device__ __forceinline__ uint32_t cvt_e2m1x2(uint32_t byte) {
+  uint32_t h;
+  asm("{\n .reg .b8 b;\n cvt.u8.u32 b, %1;\n cvt.rn.f16x2.e2m1x2 %0, b;\n}" : "=r"(h) : "r"(byte));
+  return h;
+}
+// fp16 pairs (elements 2j, 2j+1) of the four bytes -> (i, i+4) pairs, true values.
+__device__ __forceinline__ void hw_pairs(uint32_t (&h)[4], uint32_t w) {
+  const uint32_t b0 = cvt_e2m1x2(w & 0xffu), b1 = cvt_e2m1x2((w >> 8) & 0xffu);
+  const uint32_t b2 = cvt_e2m1x2((w >> 16) & 0xffu), b3 = cvt_e2m1x2(w >> 24);
+  h[0] = __byte_perm(b0, b2, 0x5410);  // (e0, e4)
+  h[1] = __byte_perm(b0, b2, 0x7632);  // (e1, e5)
+  h[2] = __byte_perm(b1, b3, 0x5410);  // (e2, e6)
+  h[3] = __byte_perm(b1, b3, 0x7632);  // (e3, e7)
+}
+#endif
+
+template <>
+__device__ __forceinline__ void decode_word<__half>(uint32_t (&out)[4], uint32_t w, __half2 s2) {
+#ifdef QWEN38_HW_E2M1
+  uint32_t h[4];
+  hw_pairs(h, w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = as_u32(__hmul2(as_h2(h[i]), s2));
+#else
+  out[0] = as_u32(__hmul2(as_h2(pair_raw_f16<0>(w)), s2));
+  out[1] = as_u32(__hmul2(as_h2(pair_raw_f16<1>(w)), s2));
+  out[2] = as_u32(__hmul2(as_h2(pair_raw_f16<2>(w)), s2));
+  out[3] = as_u32(__hmul2(as_h2(pair_raw_f16<3>(w)), s2));
+#endif
+}
+
+template <>
+__device__ __forceinline__ void decode_word<__nv_bfloat16>(uint32_t (&out)[4], uint32_t w, __nv_bfloat162 s2) {
+#ifdef QWEN38_HW_E2M1
+  uint32_t h[4];
+  hw_pairs(h, w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(as_h2(h[i]));  // exact
+    out[i] = as_u32(__hmul2(__floats2bfloat162_rn(f.x, f.y), s2));
+  }
+#else
+  out[0] = as_u32(__hmul2(as_b2(pair_raw_bf16<0>(w)), s2));
+  out[1] = as_u32(__hmul2(as_b2(pair_raw_bf16<1>(w)), s2));
+  out[2] = as_u32(__hmul2(as_b2(pair_raw_bf16<2>(w)), s2));
+  out[3] = as_u32(__hmul2(as_b2(pair_raw_bf16<3>(w)), s2));
+#endif
+}
+
 }  // namespace qwen38::nvfp4

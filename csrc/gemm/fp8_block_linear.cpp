@@ -56,8 +56,10 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
+  p.out = int(out_of(od));
+  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_fp8_block_skinny(act_of(x), out_of(od), p, knob_enabled("QWEN38_PDL", true),
+  check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),
                                             at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
                x);
   return y;

@@ -4,14 +4,15 @@
 
 namespace qwen38::gemm {
 namespace {
-template <typename T, typename O, int MT, int KS>
+template <typename T, int MT, int KS, int NT>
 struct Fp8BlockKernel {
-  static constexpr auto fn = fp8_block_skinny_kernel<T, O, MT, KS>;
+  static constexpr auto fn = fp8_block_skinny_kernel<T, MT, KS, NT>;
 };
 }  // namespace
 
-cudaError_t launch_fp8_block_skinny(Act act, Out out, const Fp8BlockParams& p, bool pdl, cudaStream_t stream) {
-  return launch_skinny<Fp8BlockKernel>(act, out, p, pdl, stream);  // k split: the NVFP4 rule, (N, K) only
+cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+                                    cudaStream_t stream) {
+  return launch_skinny<Fp8BlockKernel>(act, p, v, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

@@ -16,8 +16,11 @@ struct Fp8BlockParams {
   void* y = nullptr;              // [M, N] contiguous, out dtype
   int64_t m = 0, n = 0, k = 0, x_stride = 0;
   int bias_dtype = 0;             // 0 bf16, 1 fp16, 2 fp32
+  int out = 0;                    // y dtype: int(Out)
 };
 
-cudaError_t launch_fp8_block_skinny(Act act, Out out, const Fp8BlockParams& p, bool pdl, cudaStream_t stream);
+// v: the launch variant of the weight shape (skinny_variants.h).
+cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+                                    cudaStream_t stream);
 
 }  // namespace qwen38::gemm

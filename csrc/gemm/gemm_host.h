@@ -6,6 +6,7 @@
 
 #include "common/host.h"
 #include "gemm/nvfp4_linear_launch.h"  // Act, Out
+#include "gemm/skinny_variants.h"
 
 namespace qwen38::gemm {
 
@@ -46,6 +47,18 @@ inline void check_skinny_rows(const char* op, int64_t m, int64_t max_rows, const
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && x_stride % 8 == 0, "qwen38.", op,
                     ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
                     "elements), got row stride ", num(x_stride));
+}
+
+// The launch variant of weight shape (n, k): the tile table's entry, else the default rule (one
+// warning per shape when a table is loaded for the op but has no entry for this shape).
+inline SkinnyVariant skinny_variant_for(const char* op, SkinnyOp id, const char* table, int64_t n, int64_t k) {
+  bool from_table = false;
+  const SkinnyVariant v = lookup_skinny_variant(id, n, k, &from_table);
+  if (!from_table && skinny_table_loaded(id) && skinny_first_miss(id, n, k))
+    TORCH_WARN("qwen38.", op, ": the tile table ", table, " has no entry for weight shape ", num(n), "x", num(k),
+               "; using the default variant (ksplit ", num(v.ksplit), ", tiles per warp ", num(v.nt_narrow), "/",
+               num(v.nt_wide), ")");
+  return v;
 }
 
 inline Act act_of(const at::Tensor& x) { return x.scalar_type() == at::kBFloat16 ? Act::kBF16 : Act::kF16; }

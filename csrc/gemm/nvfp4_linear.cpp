@@ -68,8 +68,10 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
+  p.out = int(out_of(od));
+  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_nvfp4_skinny(act_of(x), out_of(od), p, knob_enabled("QWEN38_PDL", true),
+  check_launch(kOp, launch_nvfp4_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),
                                         at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
                x);
   return y;

@@ -9,15 +9,21 @@
 // (32 k) of one weight row with one vector load and decodes them in registers straight into B
 // fragments, nothing through shared memory:
 //
-//   warp step (128 k):  thread (g, t) holds W[n0 + g][k0 + 32t .. k0 + 32t + 31]  (16 bytes)
-//   mma j = 0..7 uses bytes 2j and 2j+1 of that chunk, i.e. k = k0 + 32t + 4j + {0,1 | 2,3}:
-//       b0 = (4j, 4j+1) -> logical k slots (2t, 2t+1);  b1 = (4j+2, 4j+3) -> slots (2t+8, 2t+9)
-//   and the A fragments take x at the same k: a0/a2 = x[row][k0 + 32t + 4j + {0,1} / {2,3}]
-//   (rows g and g+8), i.e. 32 consecutive x of a row per thread per step.
+//   warp step (128 k): thread (g, t) holds W[n + g][k0 + 32t .. k0 + 32t + 31] of each of its NT
+//   8-row tiles (16 bytes each). Word q (k0 + 32t + 8q .. +7) decodes into four (i, i+4) pairs
+//   (nvfp4::decode_word: two shifts, two logic ops and one multiply per pair on sm_90; the e2m1
+//   conversion instruction on sm_120+); mma j = 2q + r takes pairs 2r (b0, k slots 2t, 2t+1) and
+//   2r + 1 (b1, slots 2t+8, 2t+9). The activations are loaded once per step for all NT tiles and
+//   re-paired the same way (pair_by_four).
+//   B = e2m1 * scale * 2^-7 exactly (see PairDecode); the fp32 sums are multiplied back by 2^7.
+//
 // The dot product is the same sum over k in a fixed permuted order: the permutation, the k split
-// across warps (contiguous ranges, kSplit warps per block) and the fixed-order sum of the warps'
-// partials in shared memory depend on (N, K) only, never on M: row invariance.
+// across warps (contiguous ranges, KSPLIT warps per block, a function of (N, K) only) and the
+// fixed-order sum of the warps' partials in shared memory never depend on M or NT (the 8-row tiles a
+// warp walks, a tile-table choice): row invariance, and every NT gives the same bits.
 // The fp32 sum of each row is multiplied by the global scale, the bias is added in fp32, one rounding.
+// (Exactness note: B carries a factor 2^-7; sums whose magnitude falls below 2^-119 would round
+// differently from the unscaled sum - products that small do not occur in practice.)
 #pragma once
 
 #include "common/mma.cuh"
@@ -29,79 +35,96 @@
 
 namespace qwen38::gemm {
 
-// T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block.
-template <typename T, typename O, int MT, int KSPLIT>
-__global__ void __launch_bounds__(32 * KSPLIT, 1) nvfp4_skinny_kernel(const Nvfp4Params p) {
-  using S = nvfp4::ScaleOf<T>;
+// T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block (k
+// split); NT: 8-row weight tiles per warp.
+template <typename T, int MT, int KSPLIT, int NT>
+__global__ void __launch_bounds__(32 * KSPLIT) nvfp4_skinny_kernel(const Nvfp4Params p) {
+  using D = nvfp4::PairDecode<T>;
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = int64_t(blockIdx.x) * 8;
-  const int64_t n = n0 + g;
-  const bool n_ok = n < p.n;
+  const int64_t nb = int64_t(blockIdx.x) * 8 * NT;  // first weight row of the block
   const int64_t steps = (p.k + kStepK - 1) / kStepK;
   const int64_t s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
-
-  const uint8_t* __restrict__ wrow = p.w + (n_ok ? n : 0) * (p.k / 2);
-  const uint8_t* __restrict__ srow = p.scale + (n_ok ? n : 0) * (p.k / 16);
+  const int64_t kb = p.k / 2, ks = p.k / 16;  // bytes and scales per weight row
   const T* __restrict__ x = static_cast<const T*>(p.x);
 
   pdl_wait();
   pdl_allow();
 
-  float acc[MT][4];
+  float acc[NT][MT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[mt][i] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  // Weight bytes and scales of step s (zeros past N or K: they decode to +0 products).
-  auto load_w = [&](int64_t s, uint4& wq, uint16_t& sc) {
+  // Weight bytes and scales of step s for every tile (zeros past N or K: they decode to +0).
+  auto load_w = [&](int64_t s, uint4 (&wq)[NT], uint32_t (&sc)[NT]) {
     const int64_t kc = s * kStepK + 32 * t;
-    wq = make_uint4(0, 0, 0, 0);
-    sc = 0;
-    if (s < s_end && n_ok && kc < p.k) {  // K % 32 == 0: a 32-k chunk is all in or all out
-      wq = __ldg(reinterpret_cast<const uint4*>(wrow + kc / 2));
-      sc = __ldg(reinterpret_cast<const unsigned short*>(srow + kc / 16));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int64_t n = nb + 8 * nt + g;
+      wq[nt] = make_uint4(0, 0, 0, 0);
+      sc[nt] = 0;
+      if (s < s_end && n < p.n && kc < p.k) {  // K % 32 == 0: a 32-k chunk is all in or all out
+        wq[nt] = __ldg(reinterpret_cast<const uint4*>(p.w + n * kb + kc / 2));
+        sc[nt] = __ldg(reinterpret_cast<const unsigned short*>(p.scale + n * ks + kc / 16));
+      }
     }
   };
-  // one step ahead: the next step's 16 bytes are in flight while this one is decoded and multiplied
-  uint4 wq_next;
-  uint16_t sc_next;
+  // one step ahead: the next step's weights are in flight while this one is decoded and multiplied
+  uint4 wq_next[NT];
+  uint32_t sc_next[NT];
   load_w(s_begin, wq_next, sc_next);
 
   for (int64_t s = s_begin; s < s_end; ++s) {
     const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
-    const uint4 wq = wq_next;
-    const uint16_t sc = sc_next;
+    uint4 wq[NT];
+    uint32_t sc[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wq[nt] = wq_next[nt];
+      sc[nt] = sc_next[nt];
+    }
     load_w(s + 1, wq_next, sc_next);
-    const __half2 sh = nvfp4::e4m3x2_to_h2(sc);
-    const typename S::T2 s_lo = S::make(__low2half(sh)), s_hi = S::make(__high2half(sh));
 
-    // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row
+    // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row,
+    // re-paired (i, i+4) within each 8 to match the weight pairs
     uint32_t xa[2 * MT][16];
     load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
+    pair_by_four<MT>(xa);
 
-    const uint32_t wr[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t word = wr[j / 2];
-      const int shift = 16 * (j % 2);  // bytes 2j, 2j+1 of the chunk
-      const auto& s2 = j < 4 ? s_lo : s_hi;  // k block of 16: bytes 0..7 and 8..15
-      const uint32_t b0 = nvfp4::decode_scaled<T>((word >> shift) & 0xffu, s2);
-      const uint32_t b1 = nvfp4::decode_scaled<T>((word >> (shift + 8)) & 0xffu, s2);
+    for (int nt = 0; nt < NT; ++nt) {
+      const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
+      const typename D::T2 s_lo = D::scale(__low2half(sh)), s_hi = D::scale(__high2half(sh));
+      const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        uint32_t a[4];
-        a_fragment<MT>(a, xa, mt, j);
-        mma_16816<T>(acc[mt], a, b0, b1);
+      for (int q = 0; q < 4; ++q) {
+        uint32_t b[4];
+        nvfp4::decode_word<T>(b, wr[q], q < 2 ? s_lo : s_hi);  // words 0, 1: first 16 k; 2, 3: second
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            uint32_t a[4];
+            a_fragment<MT>(a, xa, mt, 2 * q + r);
+            mma_16816<T>(acc[nt][mt], a, b[2 * r], b[2 * r + 1]);
+          }
+        }
       }
     }
   }
 
-  // ---- partials of the KSPLIT warps in warp order, global scale on the fp32 sum, bias, one rounding
-  reduce_and_store<O, MT, KSPLIT>(partial, acc, warp, g, t, *p.global, p.bias, p.bias_dtype, p.y, p.m, p.n, n0);
+  // ---- per tile: partials of the KSPLIT warps in warp order, x 2^7, global scale, bias, one rounding
+  const float gscale = *p.global;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
+                                 p.y, p.out, p.m, p.n, nb + 8 * nt);
 }
 
 }  // namespace qwen38::gemm

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 
+#include "gemm/skinny_variants.h"
+
 namespace qwen38::gemm {
 
 enum class Act : int { kBF16 = 0, kF16 = 1 };
@@ -18,14 +20,13 @@ struct Nvfp4Params {
   void* y = nullptr;               // [M, N] contiguous, out dtype
   int64_t m = 0, n = 0, k = 0, x_stride = 0;
   int bias_dtype = 0;              // 0 bf16, 1 fp16, 2 fp32 (when bias != null)
+  int out = 0;                     // y dtype: int(Out)
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
 constexpr int64_t kSkinnyMaxRows = 32;
 
-// Warps per block that split K (a function of N and K only; see nvfp4_linear_kernel.cuh).
-int skinny_k_split(int64_t n, int64_t k);
-
-cudaError_t launch_nvfp4_skinny(Act act, Out out, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
+// v: the launch variant of the weight shape (skinny_variants.h).
+cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 }  // namespace qwen38::gemm

@@ -43,9 +43,29 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const uint32_t (&xa
   a[3] = xa[2 * mt + 1][2 * j + 1];
 }
 
-template <typename O>
-__device__ __forceinline__ void store_out(void* y, int64_t idx, float v) {
-  static_cast<O*>(y)[idx] = from_f32<O>(v);
+// Re-pairs each row's 32 activations for the NVFP4 word decode: within every 8 consecutive values
+// x0..x7 (registers (x0,x1) (x2,x3) (x4,x5) (x6,x7)) the registers become (x0,x4) (x1,x5) (x2,x6)
+// (x3,x7), the pairing of nvfp4::decode_word. Register 4q + i then holds elements (8q + i, 8q + i + 4).
+template <int MT>
+__device__ __forceinline__ void pair_by_four(uint32_t (&xa)[2 * MT][16]) {
+#pragma unroll
+  for (int h = 0; h < 2 * MT; ++h)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t r0 = xa[h][4 * q], r1 = xa[h][4 * q + 1], r2 = xa[h][4 * q + 2], r3 = xa[h][4 * q + 3];
+      xa[h][4 * q + 0] = __byte_perm(r0, r2, 0x5410);
+      xa[h][4 * q + 1] = __byte_perm(r0, r2, 0x7632);
+      xa[h][4 * q + 2] = __byte_perm(r1, r3, 0x5410);
+      xa[h][4 * q + 3] = __byte_perm(r1, r3, 0x7632);
+    }
+}
+
+// out: 0 bf16, 1 fp16, 2 fp32 (the Out enum of nvfp4_linear_launch.h). A runtime switch: one
+// kernel per (T, MT, KSPLIT, NT) serves every output dtype.
+__device__ __forceinline__ void store_out(void* y, int out, int64_t idx, float v) {
+  if (out == 2) static_cast<float*>(y)[idx] = v;
+  else if (out == 1) static_cast<__half*>(y)[idx] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
 }
 
 __device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) {
@@ -55,11 +75,13 @@ __device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) 
 }
 
 // Every warp's C fragments to shared memory; after a barrier each output of the 8-column tile is
-// 0 + partial[0] + partial[1] + ... (warp order), times `gscale`, + bias in fp32, rounded once.
-template <typename O, int MT, int KSPLIT>
+// 0 + partial[0] + partial[1] + ... (warp order), times `unscale` (a power of two: exact), times
+// `gscale`, + bias in fp32, rounded once. Ends with a barrier: `partial` can be reused at once.
+template <int MT, int KSPLIT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[MT][4],
-                                                 int warp, int g, int t, float gscale, const void* bias,
-                                                 int bias_dtype, void* y, int64_t m, int64_t n, int64_t n0) {
+                                                 int warp, int g, int t, float unscale, float gscale,
+                                                 const void* bias, int bias_dtype, void* y, int out, int64_t m,
+                                                 int64_t n, int64_t n0) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     partial[warp][mt * 16 + g][2 * t] = acc[mt][0];
@@ -75,10 +97,11 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 1
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
-    float v = sum * gscale;
+    float v = (sum * unscale) * gscale;
     if (bias != nullptr) v += load_bias(bias, bias_dtype, nn);
-    store_out<O>(y, int64_t(r) * n + nn, v);
+    store_out(y, out, int64_t(r) * n + nn, v);
   }
+  __syncthreads();
 }
 
 }  // namespace qwen38::gemm

@@ -1,6 +1,7 @@
 // Launch of a skinny weight-GEMM kernel family (nvfp4_linear, fp8_block_linear): picks the
-// activation type, output type, m16 tiles (rows 1..16 or 17..32) and the k split (a function of
-// N and K only: row invariance). KernelOf<T, O, MT, KSPLIT>::fn names one instantiation.
+// activation type, the m16 tiles (rows 1..16 or 17..32), the k split and the tiles per warp of the
+// variant (skinny_variants.h). KernelOf<T, MT, KSPLIT, NT>::fn names one instantiation; the output
+// dtype is a runtime parameter of the kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,42 +9,47 @@
 
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_launch.h"
+#include "gemm/skinny_variants.h"
 
 namespace qwen38::gemm {
 
-template <template <typename, typename, int, int> class KernelOf, typename T, typename O, int MT, typename P>
-cudaError_t launch_skinny_mt(const P& p, bool pdl, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.n + 7) / 8));
-  switch (skinny_k_split(p.n, p.k)) {
-    case 1: return launch_kernel(KernelOf<T, O, MT, 1>::fn, grid, dim3(32), 0, stream, pdl, p);
-    case 2: return launch_kernel(KernelOf<T, O, MT, 2>::fn, grid, dim3(64), 0, stream, pdl, p);
-    case 4: return launch_kernel(KernelOf<T, O, MT, 4>::fn, grid, dim3(128), 0, stream, pdl, p);
-    default: return launch_kernel(KernelOf<T, O, MT, 8>::fn, grid, dim3(256), 0, stream, pdl, p);
-  }
-}
-
-template <template <typename, typename, int, int> class KernelOf, typename T, typename O, typename P>
-cudaError_t launch_skinny_out(const P& p, bool pdl, cudaStream_t stream) {
-  return p.m <= 16 ? launch_skinny_mt<KernelOf, T, O, 1>(p, pdl, stream)
-                   : launch_skinny_mt<KernelOf, T, O, 2>(p, pdl, stream);
-}
-
-template <template <typename, typename, int, int> class KernelOf, typename T, typename P>
-cudaError_t launch_skinny_act(Out out, const P& p, bool pdl, cudaStream_t stream) {
-  switch (out) {
-    case Out::kBF16: return launch_skinny_out<KernelOf, T, __nv_bfloat16>(p, pdl, stream);
-    case Out::kF16: return launch_skinny_out<KernelOf, T, __half>(p, pdl, stream);
-    case Out::kF32: return launch_skinny_out<KernelOf, T, float>(p, pdl, stream);
+template <template <typename, int, int, int> class KernelOf, typename T, int MT, int KS, typename P>
+cudaError_t launch_skinny_nt(const P& p, int nt, bool pdl, cudaStream_t stream) {
+  const dim3 block(32 * KS);
+  auto grid = [&](int tiles_per_block) { return dim3(unsigned((p.n + 8 * tiles_per_block - 1) / (8 * tiles_per_block))); };
+  switch (nt) {
+    case 1: return launch_kernel(KernelOf<T, MT, KS, 1>::fn, grid(1), block, 0, stream, pdl, p);
+    case 2: return launch_kernel(KernelOf<T, MT, KS, 2>::fn, grid(2), block, 0, stream, pdl, p);
+    case 4: return launch_kernel(KernelOf<T, MT, KS, 4>::fn, grid(4), block, 0, stream, pdl, p);
   }
   return cudaErrorInvalidValue;
 }
 
-template <template <typename, typename, int, int> class KernelOf, typename P>
-cudaError_t launch_skinny(Act act, Out out, const P& p, bool pdl, cudaStream_t stream) {
+template <template <typename, int, int, int> class KernelOf, typename T, int MT, typename P>
+cudaError_t launch_skinny_ks(const P& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
+  const int nt = MT == 1 ? v.nt_narrow : v.nt_wide;
+  switch (v.ksplit) {
+    case 1: return launch_skinny_nt<KernelOf, T, MT, 1>(p, nt, pdl, stream);
+    case 2: return launch_skinny_nt<KernelOf, T, MT, 2>(p, nt, pdl, stream);
+    case 4: return launch_skinny_nt<KernelOf, T, MT, 4>(p, nt, pdl, stream);
+    case 8: return launch_skinny_nt<KernelOf, T, MT, 8>(p, nt, pdl, stream);
+    case 16: return launch_skinny_nt<KernelOf, T, MT, 16>(p, nt, pdl, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <template <typename, int, int, int> class KernelOf, typename T, typename P>
+cudaError_t launch_skinny_mt(const P& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
+  return p.m <= 16 ? launch_skinny_ks<KernelOf, T, 1>(p, v, pdl, stream)
+                   : launch_skinny_ks<KernelOf, T, 2>(p, v, pdl, stream);
+}
+
+template <template <typename, int, int, int> class KernelOf, typename P>
+cudaError_t launch_skinny(Act act, const P& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
-  if (p.m > kSkinnyMaxRows) return cudaErrorInvalidValue;
-  return act == Act::kBF16 ? launch_skinny_act<KernelOf, __nv_bfloat16>(out, p, pdl, stream)
-                           : launch_skinny_act<KernelOf, __half>(out, p, pdl, stream);
+  if (p.m > kSkinnyMaxRows || !skinny_variant_valid(v)) return cudaErrorInvalidValue;
+  return act == Act::kBF16 ? launch_skinny_mt<KernelOf, __nv_bfloat16>(p, v, pdl, stream)
+                           : launch_skinny_mt<KernelOf, __half>(p, v, pdl, stream);
 }
 
 }  // namespace qwen38::gemm
