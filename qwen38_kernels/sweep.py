@@ -153,7 +153,7 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
                        "us": {v: e["us"] for v, e in c.items() if e["bit_identical"]},
                        "rejected": sorted(v for v, e in c.items() if not e["bit_identical"])}
         wide[key] = {"variant": r["wide"], "label": s.label}
-    d = "ks1_nt1"
+    d = "rule: skinny_default_variant(N, K)"
     if op == "nvfp4_linear":
         _write(out / arch / "nvfp4_skinny.json", _table("nvfp4_skinny", arch, op, prov, narrow, d, False))
         _write(out / arch / "nvfp4_skinny_wide.json", _table("nvfp4_skinny_wide", arch, op, prov, wide, d, False))
@@ -189,7 +189,7 @@ def run_analytic(arch: str, out: Path) -> None:
         narrow[key] = {"variant": _variant(ks, nt), "label": s.label}
         wide[key] = {"variant": _variant(ks, ntw), "label": s.label}
         fp8[key] = {"variant": _variant(ks, nt), "variant_wide": _variant(ks, ntw), "label": s.label}
-    d = "ks1_nt1"
+    d = "rule: skinny_default_variant(N, K)"
     _write(out / arch / "nvfp4_skinny.json", _table("nvfp4_skinny", arch, "nvfp4_linear", prov, narrow, d, True))
     _write(out / arch / "nvfp4_skinny_wide.json",
            _table("nvfp4_skinny_wide", arch, "nvfp4_linear", prov, wide, d, True))
