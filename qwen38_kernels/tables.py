@@ -117,7 +117,7 @@ def lookup(arch: str, op: str, n: int, k: int) -> dict:
 # "ks<K>_nt<T>": K warps split each weight row's k range (fixes the fp32 sum order: the two tables
 # must agree on it for every shape), T 8-row tiles per warp (no effect on any sum). fp8_block.json
 # holds "variant" (1..16 rows) and "variant_wide" (17..32 rows) per shape.
-_VARIANT = re.compile(r"^ks(1|2|4|8|16)_nt(1|2|4)$")
+_VARIANT = re.compile(r"^ks(1|2|4|8)_nt(1|2|4)$")
 SKINNY_TABLES = {"nvfp4_linear": ("nvfp4_skinny", "nvfp4_skinny_wide"), "fp8_block_linear": ("fp8_block", None)}
 
 
@@ -125,7 +125,7 @@ def parse_variant(name: str, where: str = "variant") -> tuple[int, int]:
     """"ks4_nt2" -> (4, 2); TableError for anything else."""
     m = _VARIANT.match(name) if isinstance(name, str) else None
     if m is None:
-        raise TableError(f"{where}: {name!r} is not a skinny variant 'ks<1|2|4|8|16>_nt<1|2|4>'")
+        raise TableError(f"{where}: {name!r} is not a skinny variant 'ks<1|2|4|8>_nt<1|2|4>'")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -145,7 +145,9 @@ def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int,
         elif wide is not None and key in wide["entries"]:
             wks, ntw = parse_variant(wide["entries"][key]["variant"], f"{arch}/{wide_name}.json {key}")
         else:
-            wks, ntw = ks, max(1, ntn // 2)
+            wks, ntw = ks, max(1, min(2, ntn // 2))
+        if ntw > 2:
+            raise TableError(f"{arch}: {key}: 17..32 rows take at most 2 tiles per warp, got nt{ntw}")
         if wks != ks:
             raise TableError(f"{arch}: {key}: the 1..16-row and 17..32-row variants split k differently "
                              f"(ks{ks} vs ks{wks}); rows would stop being bit-identical to their 1-row call")

@@ -119,8 +119,12 @@ inline bool knob_enabled(const char* name, bool dflt) {
 // A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an
 // element the kernel forgets to write shows up instead of hiding behind whatever the memory held.
 inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  if (knob_enabled("QWEN38_POISON_OUTPUTS", false))
-    return at::full(sizes, std::numeric_limits<float>::quiet_NaN(), options);
+  if (knob_enabled("QWEN38_POISON_OUTPUTS", false)) {
+    // floating outputs start as NaN; integer outputs (indices) as the most negative value
+    if (at::isFloatingType(options.dtype().toScalarType()))
+      return at::full(sizes, std::numeric_limits<float>::quiet_NaN(), options);
+    return at::full(sizes, std::numeric_limits<int64_t>::min(), options);
+  }
   return at::empty(sizes, options);
 }
 

@@ -20,7 +20,8 @@ cudaError_t launch_skinny_nt(const P& p, int nt, bool pdl, cudaStream_t stream) 
   switch (nt) {
     case 1: return launch_kernel(KernelOf<T, MT, KS, 1>::fn, grid(1), block, 0, stream, pdl, p);
     case 2: return launch_kernel(KernelOf<T, MT, KS, 2>::fn, grid(2), block, 0, stream, pdl, p);
-    case 4: return launch_kernel(KernelOf<T, MT, KS, 4>::fn, grid(4), block, 0, stream, pdl, p);
+    case 4:
+      if constexpr (MT == 1) return launch_kernel(KernelOf<T, MT, KS, 4>::fn, grid(4), block, 0, stream, pdl, p);
   }
   return cudaErrorInvalidValue;
 }
@@ -33,7 +34,6 @@ cudaError_t launch_skinny_ks(const P& p, const SkinnyVariant& v, bool pdl, cudaS
     case 2: return launch_skinny_nt<KernelOf, T, MT, 2>(p, nt, pdl, stream);
     case 4: return launch_skinny_nt<KernelOf, T, MT, 4>(p, nt, pdl, stream);
     case 8: return launch_skinny_nt<KernelOf, T, MT, 8>(p, nt, pdl, stream);
-    case 16: return launch_skinny_nt<KernelOf, T, MT, 16>(p, nt, pdl, stream);
   }
   return cudaErrorInvalidValue;
 }

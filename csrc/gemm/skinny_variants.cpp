@@ -34,16 +34,16 @@ SkinnyVariant skinny_default(int64_t n, int64_t k) {
   const int64_t steps = (k + kStepK - 1) / kStepK;
   SkinnyVariant v;
   v.nt_narrow = tiles >= 4 * 256 ? 4 : tiles >= 2 * 256 ? 2 : 1;
-  v.nt_wide = v.nt_narrow > 1 ? v.nt_narrow / 2 : 1;
+  v.nt_wide = v.nt_narrow > 1 ? v.nt_narrow / 2 : 1;  // <= 2
   const int64_t blocks = (tiles + v.nt_narrow - 1) / v.nt_narrow;
   // split K until there are enough warps, keeping at least 4 steps of 128 k per warp
-  while (v.ksplit < 16 && blocks * v.ksplit < kWantWarps && steps >= 8 * v.ksplit) v.ksplit *= 2;
+  while (v.ksplit < 8 && blocks * v.ksplit < kWantWarps && steps >= 8 * v.ksplit) v.ksplit *= 2;
   return v;
 }
 
 bool skinny_variant_valid(const SkinnyVariant& v) {
   auto pow2_upto = [](int x, int hi) { return x >= 1 && x <= hi && (x & (x - 1)) == 0; };
-  return pow2_upto(v.ksplit, 16) && pow2_upto(v.nt_narrow, 4) && pow2_upto(v.nt_wide, 4);
+  return pow2_upto(v.ksplit, 8) && pow2_upto(v.nt_narrow, 4) && pow2_upto(v.nt_wide, 2);
 }
 
 void set_skinny_variant(SkinnyOp op, int64_t n, int64_t k, const SkinnyVariant& v) {
