@@ -6,7 +6,14 @@ Op and shapes: ``torch.ops.qwen38.nvfp4_linear(x, w_packed, w_scale, w_global)``
 W [N, K] for every weight of a Qwen3.8-27B decode step (MODEL.md's weight table, fused and unfused),
 M = 1..32 rows (decode and speculative verify). Random weights: one bf16 matrix per shape, quantized
 once on the GPU with ``formats.quantize_nvfp4``; the rotating copies are clones of it.
-Providers:
+
+Prefill part (op "nvfp4_linear prefill", TFLOP/s = 2 M N K / time): the 45 MB+ weights at M = 64..4096
+rows, with the same op in its three settings (QWEN38_NVFP4_PREFILL, read when the timed graph is
+captured): "qwen38" (auto: the shipped threshold), "qwen38 chunked" and "qwen38 dequant" (forced; they
+show where the threshold belongs), against "cuBLAS bf16" = ``F.linear`` on the same weights
+pre-dequantized to bf16 (outside the timing) and "dequant+matmul" as below.
+
+Decode providers:
   qwen38          the op, bf16 output
   cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (the bar to beat)
   tinygemm int4   ``torch._weight_int4pack_mm``, group 128 (asymmetric int4, bf16 scales and zeros),
@@ -36,6 +43,9 @@ DTYPE = torch.bfloat16
 ES = 2                     # bytes per bf16 element
 ROWS = (1, 2, 4, 8, 16, 24, 32)
 QUICK_ROWS = (1, 16, 32)
+PREFILL_OP = f"{OP} prefill"
+PREFILL_ROWS = (64, 128, 256, 512, 1024, 2048, 4096)
+QUICK_PREFILL_ROWS = (128, 1024)
 INT4_GROUP = 128           # tinygemm group size along K
 INT4_INNER_K_TILES = 8     # tinygemm packing parameter (K must be a multiple of 16 x this)
 QUANT_CHUNK_ROWS = 4096    # rows quantized at a time on the GPU (bounds the quantizer's temporaries)
@@ -69,6 +79,9 @@ SHAPES = (
     Shape(48, 5120, "gdn b or a"),
 )
 
+
+# Prefill: the weights of 45 MB and more in NVFP4 (quick: the first only).
+PREFILL_SHAPES = (SHAPES[0], SHAPES[1], SHAPES[2])
 
 # ---- bytes ---------------------------------------------------------------------------------------
 def nvfp4_weight_bytes(n: int, k: int) -> int:
@@ -126,6 +139,28 @@ PROVIDERS = (
 )
 
 
+@dataclass
+class PrefillProvider:
+    """A prefill provider: ``weights`` names the master tensors it takes ("nvfp4" or "bf16 dequantized"),
+    ``knobs`` the QWEN38_* settings in force while its graph is captured."""
+    name: str
+    fn: Callable
+    weights: str
+    weight_bytes: Callable[[int, int], int]
+    knobs: tuple[tuple[str, str], ...] = ()
+
+
+# 0.1..10 ms a call: 20 calls a graph hide the launches
+PREFILL_MIN_CALLS = 20
+PREFILL_PROVIDERS = (
+    PrefillProvider("qwen38", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "auto"),)),
+    PrefillProvider("qwen38 chunked", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "chunked"),)),
+    PrefillProvider("qwen38 dequant", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "dequant"),)),
+    PrefillProvider("cuBLAS bf16", _cublas, "bf16 dequantized", bf16_weight_bytes),
+    PrefillProvider("dequant+matmul", _dequant_matmul, "nvfp4", nvfp4_weight_bytes),
+)
+
+
 def record_bytes(provider: str, m: int, n: int, k: int) -> int:
     """Bytes one call of ``provider`` must read plus write (what GB/s is computed from)."""
     by_name = {p.name: p for p in PROVIDERS}
@@ -142,6 +177,13 @@ def work(quick: bool = False) -> list[tuple[Shape, int]]:
     """Every (shape, rows) of the sweep, shapes in table order."""
     rows = QUICK_ROWS if quick else ROWS
     return [(s, m) for s in SHAPES for m in rows]
+
+
+def prefill_work(quick: bool = False) -> list[tuple[Shape, int]]:
+    """Every (shape, rows) of the prefill sweep."""
+    if quick:
+        return [(PREFILL_SHAPES[0], m) for m in QUICK_PREFILL_ROWS]
+    return [(s, m) for s in PREFILL_SHAPES for m in PREFILL_ROWS]
 
 
 # ---- weights -------------------------------------------------------------------------------------
@@ -256,6 +298,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
     del weights
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    records += _run_prefill(quick, ceiling, meta, failures)
     meta["nvfp4_weights"] = quant
     if skipped:
         meta["skipped"] = skipped
@@ -264,9 +307,58 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
     return records, meta
 
 
+def _run_prefill(quick: bool, ceiling: float, meta: dict, failures: list[str]) -> list[bench.Record]:
+    """The prefill sweep: every (shape, rows) of ``prefill_work`` and every PREFILL_PROVIDERS entry."""
+    from qwen38_kernels import knobs
+
+    meta["prefill_rows"] = list(QUICK_PREFILL_ROWS if quick else PREFILL_ROWS)
+    meta["prefill_shapes"] = [s.name for s in (PREFILL_SHAPES[:1] if quick else PREFILL_SHAPES)]
+    meta["prefill_method"] = (f"graphs of >= {PREFILL_MIN_CALLS} calls; TFLOP/s = 2 M N K / time; qwen38 = the "
+                              "shipped auto threshold, 'qwen38 chunked' / 'qwen38 dequant' forced with "
+                              "QWEN38_NVFP4_PREFILL; cuBLAS bf16 on the NVFP4 weights dequantized to bf16 once")
+    records: list[bench.Record] = []
+    current: Shape | None = None
+    masters: dict[str, tuple] = {}
+    for shape, m in bench.progress(prefill_work(quick), "bench_nvfp4 prefill"):
+        n, k = shape.N, shape.K
+        if shape != current:
+            masters = {}
+            torch.cuda.empty_cache()
+            w = torch.randn(n, k, dtype=DTYPE, device=DEVICE) * (k ** -0.5)
+            q, _ = _quantize_on_gpu(w)
+            del w
+            masters = {"nvfp4": (q.packed, q.scale, q.global_scale),
+                       "bf16 dequantized": (formats.dequantize_nvfp4(q, DTYPE),)}
+            current = shape
+        for prov in PREFILL_PROVIDERS:
+            master = masters[prov.weights]
+            base: list[tuple] = []
+            try:
+                base = bench.rotating_copies(
+                    lambda i: (torch.randn(m, k, dtype=DTYPE, device=DEVICE), *_copy(master, i)),
+                    prov.weight_bytes(n, k) + ES * m * k)
+                copies = len(base)
+                with knobs.override(**dict(prov.knobs)):
+                    us = bench.time_calls(prov.fn, base, min_calls=PREFILL_MIN_CALLS)
+            except Exception as e:  # one broken provider must not lose the rest of the sweep
+                why = (str(e).splitlines() or [""])[0][:500]
+                failures.append(f"{PREFILL_OP} {shape.name} M={m} {prov.name}: {type(e).__name__}: {why}")
+                print(f"\nFAILED {failures[-1]}", file=sys.stderr)
+                continue
+            finally:
+                base = []
+            records.append(bench.Record.from_timing(
+                PREFILL_OP, prov.name, shape.name, n, k, m, us, prov.weight_bytes(n, k) + activation_bytes(m, n, k),
+                ceiling, note=f"{copies} rotating copies", flops=2 * m * n * k))
+    masters = {}
+    torch.cuda.empty_cache()
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     return bench.bench_main("nvfp4", run, description=__doc__.split("\n\n")[0],
-                            quick_help=f"rows {QUICK_ROWS} only",
+                            quick_help=f"rows {QUICK_ROWS} only; prefill rows {QUICK_PREFILL_ROWS} on "
+                            f"{PREFILL_SHAPES[0].name} only",
                             results_root=Path(__file__).resolve().parent / "results", argv=argv)
 
 

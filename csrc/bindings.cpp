@@ -25,8 +25,14 @@ TORCH_LIBRARY(qwen38, m) {
   // bf16/fp16; w_packed uint8 [N, K/2] (low nibble = even k); w_scale float8_e4m3fn [N, K/16];
   // w_global fp32 one element (multiplier, ModelOpt); bias [N] or None; y [..., N] in out_dtype
   // (default x's dtype; fp32 for an NVFP4 output head). Products exact, fp32 sum, one rounding.
+  // Any row count: 1..32 rows the skinny kernel (each row bit-identical to its 1-row call); more rows
+  // the prefill paths (32-row chunks of the skinny kernel, or dequantize once + an fp32-output GEMM;
+  // QWEN38_NVFP4_PREFILL, csrc/gemm/nvfp4_linear.cpp).
   m.def("nvfp4_linear(Tensor x, Tensor w_packed, Tensor w_scale, Tensor w_global, Tensor? bias=None, "
         "ScalarType? out_dtype=None) -> Tensor");
+  // W'[n, k] = e2m1(w_packed)[n, k] * fp32(w_scale[n, k/16]) as [N, K] in dtype (bfloat16, float16 or
+  // float32): exact in all three (at most 6 significant bits). The global scale is not applied.
+  m.def("nvfp4_dequantize(Tensor w_packed, Tensor w_scale, ScalarType dtype) -> Tensor");
   // y = round(sum_b fp32(S_b * w_scale_inv[n/128, b]) + bias[n]), S_b = the fp32 sum over the 128 k
   // of block b of x[m,k] * e4m3(w[n,k]) (products exact). x [..., K] bf16/fp16, K % 16 == 0; w
   // float8_e4m3fn [N, K]; w_scale_inv fp32 [ceil(N/128), ceil(K/128)] (a multiplier, as Qwen *-FP8

@@ -43,14 +43,9 @@ def check_bias_and_out_dtype(op: str, x, bias, out_dtype, n: int, weight_name: s
                   f"got {out_dtype!r}")
 
 
-def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None,
-                       op: str = "nvfp4_linear") -> tuple[int, int]:
-    """x bf16/fp16 [..., K]; w_packed uint8 [N, K/2] (K a positive multiple of 32); w_scale
-    float8_e4m3fn [N, K/16]; w_global fp32 with one element (shape [] or [1]); bias None or [N] in
-    x's dtype or fp32; out_dtype None, bf16, fp16 or fp32; weights contiguous, everything on x's
-    device. Returns (N, K)."""
-    check_activation(op, "x", x)
-
+def _check_nvfp4_weight(op: str, w_packed, w_scale, like_name: str, like: torch.Tensor) -> tuple[int, int]:
+    """w_packed uint8 [N, K/2] (K a positive multiple of 32) and w_scale float8_e4m3fn [N, K/16], both
+    contiguous, on ``like``'s device. Returns (N, K)."""
     _check_tensor(op, "w_packed", w_packed)
     if w_packed.dtype != torch.uint8:
         _fail(op, f"w_packed must be uint8 (two e2m1 codes per byte), got {w_packed.dtype} "
@@ -64,10 +59,8 @@ def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None
     if not w_packed.is_contiguous():
         _fail(op, f"w_packed must be contiguous, got strides {list(w_packed.stride())} for shape "
                   f"{_shape(w_packed)}")
-    _check_same_device(op, "w_packed", w_packed, x)
-    if x.shape[-1] != k:
-        _fail(op, f"x's last dimension must be K = 2 * w_packed.shape[1] = {k}, got x shape "
-                  f"{_shape(x)} for w_packed shape {_shape(w_packed)}")
+    if w_packed.device != like.device:
+        _fail(op, f"w_packed is on {w_packed.device} but {like_name} is on {like.device}")
 
     _check_tensor(op, "w_scale", w_scale)
     if w_scale.dtype != torch.float8_e4m3fn:
@@ -78,7 +71,22 @@ def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None
     if not w_scale.is_contiguous():
         _fail(op, f"w_scale must be contiguous (row-major, not swizzled), got strides "
                   f"{list(w_scale.stride())} for shape {_shape(w_scale)}")
-    _check_same_device(op, "w_scale", w_scale, x)
+    if w_scale.device != like.device:
+        _fail(op, f"w_scale is on {w_scale.device} but {like_name} is on {like.device}")
+    return n, k
+
+
+def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None,
+                       op: str = "nvfp4_linear") -> tuple[int, int]:
+    """x bf16/fp16 [..., K] (any number of rows); w_packed uint8 [N, K/2] (K a positive multiple of
+    32); w_scale float8_e4m3fn [N, K/16]; w_global fp32 with one element (shape [] or [1]); bias None
+    or [N] in x's dtype or fp32; out_dtype None, bf16, fp16 or fp32; weights contiguous, everything on
+    x's device. Returns (N, K)."""
+    check_activation(op, "x", x)
+    n, k = _check_nvfp4_weight(op, w_packed, w_scale, "x", x)
+    if x.shape[-1] != k:
+        _fail(op, f"x's last dimension must be K = 2 * w_packed.shape[1] = {k}, got x shape "
+                  f"{_shape(x)} for w_packed shape {_shape(w_packed)}")
 
     _check_tensor(op, "w_global", w_global)
     if w_global.dtype != torch.float32:
@@ -88,4 +96,17 @@ def check_nvfp4_linear(x, w_packed, w_scale, w_global, bias=None, out_dtype=None
     _check_same_device(op, "w_global", w_global, x)
 
     check_bias_and_out_dtype(op, x, bias, out_dtype, n, "w_packed", w_packed)
+    return n, k
+
+
+DEQUANT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_nvfp4_dequantize(w_packed, w_scale, dtype, op: str = "nvfp4_dequantize") -> tuple[int, int]:
+    """w_packed uint8 [N, K/2] (K a positive multiple of 32), w_scale float8_e4m3fn [N, K/16], both
+    contiguous and on one device; dtype bfloat16, float16 or float32. Returns (N, K)."""
+    _check_tensor(op, "w_packed", w_packed)
+    n, k = _check_nvfp4_weight(op, w_packed, w_scale, "w_packed", w_packed)
+    if dtype not in DEQUANT_DTYPES:
+        _fail(op, f"dtype must be torch.bfloat16, torch.float16 or torch.float32, got {dtype!r}")
     return n, k

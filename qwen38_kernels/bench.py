@@ -219,6 +219,7 @@ class Record:
 
     N, K: the weight shape of a GEMM (None where there is none). ``bytes`` is what the call must read
     plus write; GBps = bytes / us; pct_of_ceiling compares that to the read ceiling of the same run.
+    TFLOPs: 2 M N K / us for the GEMM records that report a throughput (the prefill tables), else None.
     """
     op: str
     provider: str
@@ -232,14 +233,16 @@ class Record:
     ceiling_GBps: float
     pct_of_ceiling: float
     note: str = ""
+    TFLOPs: float | None = None
 
     @classmethod
     def from_timing(cls, op: str, provider: str, shape: str, N: int | None, K: int | None, M: int,
-                    us: float, bytes: int, ceiling: float, note: str = "") -> "Record":
+                    us: float, bytes: int, ceiling: float, note: str = "", flops: int | None = None) -> "Record":
         gbps = bytes / us / 1e3  # bytes per us = MB/s; / 1e3 -> GB/s
+        tflops = None if flops is None else round(flops / us / 1e6, 2)  # flops per us = MFLOP/s
         return cls(op=op, provider=provider, shape=shape, N=N, K=K, M=M, us=round(us, 3), bytes=int(bytes),
                    GBps=round(gbps, 1), ceiling_GBps=round(float(ceiling), 1),
-                   pct_of_ceiling=round(100.0 * gbps / ceiling, 1), note=note)
+                   pct_of_ceiling=round(100.0 * gbps / ceiling, 1), note=note, TFLOPs=tflops)
 
 
 def progress(iterable: Iterable, desc: str, total: int | None = None) -> Iterator:
@@ -287,9 +290,11 @@ def _grouped(records: Sequence[Record]) -> dict[tuple[str, str, int], dict[str, 
 
 
 def markdown_report(records: Sequence[Record], bench_name: str, meta: dict[str, Any],
-                    ours: str = "qwen38") -> str:
+                    ours: str = "qwen38", baseline: str = "cuBLAS bf16") -> str:
     """Markdown: the meta as a list, then per op a table with one row per (shape, M), per provider
-    us and GB/s (% of ceiling), and ``ours``'s speedup over the fastest other provider."""
+    us and GB/s (% of ceiling) (TFLOP/s instead for an op whose records all carry one), ``ours``'s
+    speedup over the fastest other provider, and, when the op has ``baseline`` records, ``ours``'s
+    throughput as a multiple of the baseline's (baseline us / ours us)."""
     providers = _unique(r.provider for r in records)
     lines = [f"# {bench_name} on {meta.get('device', meta.get('gpu', 'unknown device'))}", ""]
     for k, v in meta.items():
@@ -299,20 +304,32 @@ def markdown_report(records: Sequence[Record], bench_name: str, meta: dict[str, 
             lines.append(f"- {k}: {v}")
     groups = _grouped(records)
     for op in _unique(k[0] for k in groups):
+        op_recs = [r for r in records if r.op == op]
+        op_providers = [p for p in providers if any(r.provider == p for r in op_recs)]
+        flops = all(r.TFLOPs is not None for r in op_recs)
+        has_base = baseline != ours and any(r.provider == baseline for r in op_recs)
         head = ["shape", "M"]
-        for p in providers:
-            head += [f"{p} us", f"{p} GB/s (% ceil)"]
+        for p in op_providers:
+            head += [f"{p} us", f"{p} TFLOP/s" if flops else f"{p} GB/s (% ceil)"]
         head.append(f"{ours} speedup vs best peer")
+        if has_base:
+            head.append(f"{ours} vs {baseline}")
         lines += ["", f"## {op}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for (op_k, shape, m), rows in groups.items():
             if op_k != op:
                 continue
             cells = [shape, str(m)]
-            for p in providers:
+            for p in op_providers:
                 r = rows.get(p)
-                cells += [_fmt_us(r.us), f"{r.GBps:.0f} ({r.pct_of_ceiling:.0f}%)"] if r else ["-", "-"]
+                if r is None:
+                    cells += ["-", "-"]
+                else:
+                    cells += [_fmt_us(r.us), f"{r.TFLOPs:.0f}" if flops else f"{r.GBps:.0f} ({r.pct_of_ceiling:.0f}%)"]
             peer, mine = _best_peer(rows, ours), rows.get(ours)
             cells.append(f"{peer.us / mine.us:.2f}x ({peer.provider})" if peer and mine else "-")
+            if has_base:
+                base = rows.get(baseline)
+                cells.append(f"{base.us / mine.us:.2f}x" if base and mine else "-")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -332,9 +349,11 @@ def short_table(records: Sequence[Record], ours: str = "qwen38") -> str:
     return "\n".join(fmt.format(*row) for row in [head, *rows])
 
 
-def plot_results(records: Sequence[Record], path: Path | str, title: str) -> bool:
+def plot_results(records: Sequence[Record], path: Path | str, title: str, ours: str = "qwen38") -> bool:
     """PNG: GB/s vs rows (log2 axis), one subplot per (op, shape), a line per provider, the read
-    ceiling dashed. Returns False (after saying so) when matplotlib is not installed."""
+    ceiling dashed. A panel whose records all carry TFLOPs (prefill) plots TFLOP/s instead, with the
+    read-ceiling roofline of ``ours``'s bytes (2 M N K flops in the time its bytes take at the
+    ceiling) dashed. Returns False (after saying so) when matplotlib is not installed."""
     try:
         from matplotlib.figure import Figure  # object API: no pyplot, no global backend switch
     except ImportError:
@@ -348,18 +367,31 @@ def plot_results(records: Sequence[Record], path: Path | str, title: str) -> boo
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, (op, shape) in zip(axes, panels):
         rs = [r for r in records if (r.op, r.shape) == (op, shape)]
+        flops = all(r.TFLOPs is not None for r in rs)
         for i, p in enumerate(providers):
-            pts = sorted((r.M, r.GBps) for r in rs if r.provider == p)
+            pts = sorted((r.M, r.TFLOPs if flops else r.GBps) for r in rs if r.provider == p)
             if pts:
                 ax.plot(*zip(*pts), marker="o", markersize=3, label=p, color=f"C{i}")
         ceiling = max(r.ceiling_GBps for r in rs)
-        ax.axhline(ceiling, linestyle="--", color="gray", label=f"read ceiling {ceiling:.0f}")
         ms = sorted({r.M for r in rs})
+        if flops:
+            top = max(r.TFLOPs for r in rs) * 1.15
+            roof = sorted((r.M, r.TFLOPs * r.ceiling_GBps / r.GBps) for r in rs if r.provider == ours)
+            if roof and min(v for _, v in roof) < 2 * top:  # in view where it binds (few rows); else off the top
+                top = max(top, min(v for _, v in roof) * 1.05)
+            if roof:
+                ax.plot(*zip(*roof), linestyle="--", color="gray",
+                        label=f"{ours} bytes at the read ceiling ({ceiling:.0f} GB/s)")
+            ax.set_ylim(0, top)
+            ylabel = "TFLOP/s (2 M N K / time)"
+        else:
+            ax.axhline(ceiling, linestyle="--", color="gray", label=f"read ceiling {ceiling:.0f}")
+            ax.set_ylim(0, ceiling * 1.08)
+            ylabel = "GB/s (read + write)"
         ax.set_xscale("log", base=2)
         ax.set_xticks(ms, [str(m) for m in ms], fontsize=7)
         ax.minorticks_off()
-        ax.set_ylim(0, ceiling * 1.08)
-        ax.set(title=f"{op}  {shape}", xlabel="rows (M)", ylabel="GB/s (read + write)")
+        ax.set(title=f"{op}  {shape}", xlabel="rows (M)", ylabel=ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes[len(panels):]:
@@ -382,7 +414,7 @@ def write_results(records: Sequence[Record], bench_name: str, out_dir: Path | st
     paths[1].write_text(json.dumps(meta, indent=1, default=str) + "\n")
     paths[2].write_text(markdown_report(records, bench_name, meta, ours))
     png = out / f"{bench_name}.png"
-    if records and plot_results(records, png, f"{bench_name} on {meta.get('device', meta['gpu'])}"):
+    if records and plot_results(records, png, f"{bench_name} on {meta.get('device', meta['gpu'])}", ours):
         paths.append(png)
     return paths
 

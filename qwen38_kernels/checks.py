@@ -202,6 +202,42 @@ def _nvfp4_cpu():
     return _nvfp4_check("cpu")
 
 
+@register("nvfp4_linear prefill (chunked and dequant, 100 and 600 rows), nvfp4_dequantize", "cuda")
+def _nvfp4_prefill_cuda():
+    """Both prefill strategies within the float64 bound of the reference (the criterion of
+    reference.gemm.nvfp4_linear_f64_bound, bf16 output), each row of the chunked strategy equal to
+    its 1-row call, and nvfp4_dequantize bit-exact against its reference."""
+    from . import formats, knobs
+    from .reference import gemm as refg
+
+    lines, ok, worst = [], True, 0.0
+    n, k = 1024, 5120
+    q = formats.quantize_nvfp4((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16).cuda())
+    for strategy in ("chunked", "dequant"):
+        for m in (100, 600):
+            x = _randn(m, k).cuda()
+            with knobs.override(QWEN38_NVFP4_PREFILL=strategy):
+                y = torch.ops.qwen38.nvfp4_linear(x, q.packed, q.scale, q.global_scale)
+                one = torch.ops.qwen38.nvfp4_linear(x[m - 1:m].clone(), q.packed, q.scale, q.global_scale)
+            y64, err = refg.nvfp4_linear_f64_bound(x, q.packed, q.scale, q.global_scale)
+            excess = float(((y.double() - y64).abs() / (err + y64.abs() * 2.0 ** -8).clamp_min(1e-30)).max())
+            worst = max(worst, excess)
+            if excess > 1.0:
+                ok = False
+                lines.append(f"{strategy} M={m}: error {excess:.2f}x the bound")
+            if strategy == "chunked" and not torch.equal(one.view(torch.int16), y[m - 1:m].view(torch.int16)):
+                ok = False
+                lines.append(f"chunked M={m}: row {m - 1} differs from its 1-row call")
+    for dt in (torch.bfloat16, torch.float16):
+        got = torch.ops.qwen38.nvfp4_dequantize(q.packed, q.scale, dt)
+        want = refg.nvfp4_dequantize(q.packed.cpu(), q.scale.cpu(), dt).cuda()
+        if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
+            ok = False
+            lines.append(f"nvfp4_dequantize {dt}: not bit-exact")
+    detail = f"{n}x{k}: worst error {worst:.2f} of the bound" + ("; " + "; ".join(lines) if lines else "")
+    return CheckResult("nvfp4_linear prefill", "cuda", ok, detail)
+
+
 @register("fp8_block_linear (skinny, 1-32 rows)", "cuda")
 def _fp8_cuda():
     return _fp8_check("cuda")

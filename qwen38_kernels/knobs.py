@@ -31,6 +31,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_STRICT_TABLES", "0",
          "1: a weight shape with no tile-table entry raises instead of warning once and taking the "
          "default variant (the tests set this)."),
+    Knob("QWEN38_NVFP4_PREFILL", "auto",
+         "nvfp4_linear with more than 32 rows (1..32 rows always take the skinny kernel). chunked: the "
+         "skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight is read "
+         "once per 32 rows); dequant: dequantize once to x's dtype (exact) + one fp32-output cuBLAS GEMM "
+         "+ epilogue (within the float64 bound, no row invariance, N*K*2 bytes of temporary weight); "
+         "auto: dequant from a row threshold that depends on (N, K) only (csrc/gemm/nvfp4_linear.cpp, "
+         "nvfp4_prefill_dequant_rows), chunked below it."),
+    Knob("QWEN38_NVFP4_PREFILL_ROWS", "",
+         "Empty: the built-in threshold of QWEN38_NVFP4_PREFILL=auto; a positive integer R: auto takes "
+         "the dequant strategy from R rows on, for every weight shape (tuning without a rebuild)."),
     Knob("QWEN38_CONV_CHECK_INDICES", "1",
          "1: an eager CUDA call of conv_step / conv_chain / conv_tree / conv_commit copies its index "
          "tensors (slots, lengths, parents, accepted) to the host and validates them like the reference "

@@ -1,49 +1,191 @@
-// Host side of nvfp4_linear: check inputs -> choose the kernel by row count -> launch.
-// 1..32 rows: the skinny kernel (gemm/nvfp4_linear_kernel.cuh). More rows: not built yet (the
-// prefill paths of the NVFP4 issue); the op says so instead of silently taking a slow path.
+// Host side of nvfp4_linear and nvfp4_dequantize: check inputs -> choose the path -> launch.
+//
+// nvfp4_linear, by row count M (rows of x after collapsing its leading dims):
+//   1..32 rows   the skinny kernel (gemm/nvfp4_linear_kernel.cuh): each row bit-identical to its
+//                1-row call.
+//   more rows    one of two prefill strategies, per call:
+//     "chunked"  the skinny kernel on consecutive 32-row slices of x and y. The same arithmetic as
+//                decode: every row is still bit-identical to its 1-row call; the weight is read once
+//                per 32 rows, so the cost grows with ceil(M / 32) weight reads.
+//     "dequant"  nvfp4_dequantize into a temporary [N, K] weight in x's dtype (exact products), one
+//                cuBLAS GEMM per row chunk with fp32 output (at::mm with out_dtype float: fp32
+//                accumulation, no rounding to 16 bits), then an epilogue kernel y = round(acc *
+//                w_global + bias) with the reference's rounding points. Accurate within the float64
+//                bound, but the summation order is cuBLAS's (it may depend on M): no row invariance.
+//                Extra memory: N*K*2 bytes for the weight (356 MB at 34816x5120) and, for a 16-bit
+//                output, an fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
+//   "auto" (default) takes "dequant" from nvfp4_prefill_dequant_rows(N, K) rows on, "chunked" below;
+//   QWEN38_NVFP4_PREFILL=chunked|dequant|auto forces one (tests, A/B timing) and
+//   QWEN38_NVFP4_PREFILL_ROWS=<rows> replaces the threshold of "auto" (tuning without a rebuild).
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "gemm/gemm_host.h"
+#include "gemm/nvfp4_dequant_launch.h"
 #include "gemm/nvfp4_linear_launch.h"
 
+// at::mm(a, b, out_dtype) (aten::mm.dtype: bf16/fp16 inputs, fp32 output on CUDA) arrived in torch
+// 2.8; pyproject.toml asks for torch >= 2.9.
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 8)
+#error "qwen38-kernels needs torch >= 2.8 (aten::mm.dtype, the fp32-output GEMM of the nvfp4 prefill path)"
+#endif
+
 namespace qwen38::gemm {
+
+// Rows from which "auto" takes the dequant strategy; a function of the weight shape only.
+// Analytic until measured (the lead's sweep will replace it): per 32 rows the chunked path streams
+// the NVFP4 weight once (0.5625 N K bytes); the dequant path pays a fixed ~4.6 N K bytes (read the
+// NVFP4 weight, write and re-read N K bf16) plus the GEMM, whose time per row (2 N K flops at the
+// dense bf16 rate) is below the chunked path's per-row read time. With the H200's ~4.5 TB/s and
+// ~600 TFLOP/s the break-even is near 500 rows for the model's large weights. Narrow weights
+// (N < 1024) leave most SMs idle in the skinny kernel (N / 8 blocks) while their GEMM costs little:
+// the break-even there is a few chunks.
+int64_t nvfp4_prefill_dequant_rows(int64_t n, int64_t k) {
+  (void)k;
+  return n < 1024 ? 128 : 512;
+}
+
 namespace {
 
 constexpr const char* kOp = "nvfp4_linear";
+// fp32 accumulator bytes per GEMM chunk of the dequant path (16-bit outputs): bounds the temporary
+// at large M x N (e.g. 4096 rows of a 248320-row head would otherwise need 4 GB).
+constexpr int64_t kAccBytes = int64_t(1) << 30;
+constexpr int64_t kMinGemmRows = 256;
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+enum class Prefill { kAuto, kChunked, kDequant };
+
+Prefill prefill_mode() {
+  const char* v = std::getenv("QWEN38_NVFP4_PREFILL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
+  if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
+  if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
+  TORCH_CHECK_VALUE(false, "qwen38.", kOp, ": QWEN38_NVFP4_PREFILL must be auto, chunked or dequant, got '", v, "'");
+  return Prefill::kAuto;
+}
+
+int64_t dequant_rows(int64_t n, int64_t k) {
+  const char* v = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
+  if (v == nullptr || *v == '\0') return nvfp4_prefill_dequant_rows(n, k);
+  char* end = nullptr;
+  const long long r = std::strtoll(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && r > 0, "qwen38.", kOp,
+                    ": QWEN38_NVFP4_PREFILL_ROWS must be a positive row count (or unset for the built-in rule), "
+                    "got '", v, "'");
+  return r;
+}
+
+// w_packed uint8 [N, K/2] (K a positive multiple of 32) and w_scale e4m3 [N, K/16], both contiguous,
+// on `like`'s device, aligned for the 16-byte / 2-byte loads. Returns (N, K).
+std::pair<int64_t, int64_t> check_nvfp4_weight(const char* op, const at::Tensor& w_packed, const at::Tensor& w_scale,
+                                               const char* like_name, const at::Tensor& like) {
+  TORCH_CHECK_VALUE(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "qwen38.", op,
+                    ": w_packed must be a 2-D uint8 tensor [N, K/2], got ", dtype_name(w_packed.scalar_type()),
+                    " of shape ", shape_str(w_packed.sizes()));
+  const int64_t n = w_packed.size(0), k = 2 * w_packed.size(1);
+  TORCH_CHECK_VALUE(k % 32 == 0 && k > 0, "qwen38.", op,
+                    ": K = 2 * w_packed.shape[1] must be a positive multiple of 32, got K = ", num(k),
+                    " (w_packed shape ", shape_str(w_packed.sizes()), ")");
+  TORCH_CHECK_VALUE(w_packed.is_contiguous(), "qwen38.", op, ": w_packed must be contiguous, got strides ",
+                    shape_str(w_packed.strides()));
+  TORCH_CHECK_VALUE(w_scale.scalar_type() == at::kFloat8_e4m3fn, "qwen38.", op,
+                    ": w_scale must be torch.float8_e4m3fn, got ", dtype_name(w_scale.scalar_type()));
+  TORCH_CHECK_VALUE(w_scale.dim() == 2 && w_scale.size(0) == n && w_scale.size(1) == k / 16, "qwen38.", op,
+                    ": w_scale must be [N, K/16] = [", num(n), ", ", num(k / 16), "] for w_packed shape ",
+                    shape_str(w_packed.sizes()), ", got ", shape_str(w_scale.sizes()));
+  TORCH_CHECK_VALUE(w_scale.is_contiguous(), "qwen38.", op, ": w_scale must be contiguous (row-major), got strides ",
+                    shape_str(w_scale.strides()));
+  if (&w_packed != &like) check_same_device(op, "w_packed", w_packed, like_name, like);
+  check_same_device(op, "w_scale", w_scale, like_name, like);
+  if (n > 0) {
+    TORCH_CHECK_VALUE(aligned(w_packed.data_ptr(), 16), "qwen38.", op, ": w_packed must be 16-byte aligned");
+    TORCH_CHECK_VALUE(aligned(w_scale.data_ptr(), 2), "qwen38.", op, ": w_scale must be 2-byte aligned");
+  }
+  return {n, k};
+}
+
+void launch_dequantize(const char* op, const at::Tensor& w_packed, const at::Tensor& w_scale, const at::Tensor& out,
+                       int64_t n, int64_t k, cudaStream_t stream) {
+  Nvfp4DequantParams p;
+  p.w = static_cast<const uint8_t*>(w_packed.data_ptr());
+  p.scale = static_cast<const uint8_t*>(w_scale.data_ptr());
+  p.out = out.data_ptr();
+  p.n = n;
+  p.k = k;
+  check_launch(op, launch_nvfp4_dequantize(out_of(out.scalar_type()), p, knob_enabled("QWEN38_PDL", true), stream),
+               out);
+}
+
+// The chunked strategy (and 1..32 rows): the skinny kernel on 32-row slices.
+void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, int64_t m, cudaStream_t stream) {
+  const bool pdl = knob_enabled("QWEN38_PDL", true);
+  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", p.n, p.k);
+  const int64_t x_es = x.element_size();
+  const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;
+  const char* x0 = static_cast<const char*>(p.x);
+  char* y0 = static_cast<char*>(p.y);
+  for (int64_t r0 = 0; r0 < m; r0 += kSkinnyMaxRows) {
+    p.m = std::min(kSkinnyMaxRows, m - r0);
+    p.x = x0 + r0 * p.x_stride * x_es;
+    p.y = y0 + r0 * p.n * y_es;
+    check_launch(kOp, launch_nvfp4_skinny(act_of(x), p, v, pdl, stream), x);
+  }
+}
+
+// The dequant strategy: temporary weight in x's dtype, fp32 GEMM chunks, epilogue.
+void run_dequant(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& w_scale, const at::Tensor& w_global,
+                 const std::optional<at::Tensor>& bias, int bias_dtype, const at::Tensor& y, at::ScalarType od, int64_t m,
+                 int64_t n, int64_t k, int64_t x_stride, cudaStream_t stream) {
+  const at::Tensor wd = at::empty({n, k}, x.options());
+  launch_dequantize(kOp, w_packed, w_scale, wd, n, k, stream);
+  const at::Tensor wt = wd.t();                                   // [K, N] view, no copy
+  const at::Tensor x2 = x.as_strided({m, k}, {x_stride, 1});      // rows of x (row_stride checked them)
+  const at::Tensor y2 = y.view({m, n});
+  // fp32 output: the GEMM writes y itself and the epilogue runs in place; else an fp32 accumulator
+  const bool in_place = od == at::kFloat;
+  const int64_t rows = in_place ? m : std::min(m, std::max(kMinGemmRows, kAccBytes / (4 * n)));
+  at::Tensor acc;
+  if (!in_place) acc = at::empty({rows, n}, x.options().dtype(at::kFloat));
+  const bool pdl = knob_enabled("QWEN38_PDL", true);
+  for (int64_t r0 = 0; r0 < m; r0 += rows) {
+    const int64_t r = std::min(rows, m - r0);
+    at::Tensor a = in_place ? y2.narrow(0, r0, r) : acc.narrow(0, 0, r);
+    at::mm_out(a, x2.narrow(0, r0, r), wt, at::kFloat);
+    Nvfp4EpilogueParams e;
+    e.acc = a.data_ptr<float>();
+    e.global = w_global.data_ptr<float>();
+    e.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+    e.bias_dtype = bias_dtype;
+    e.y = static_cast<char*>(y.data_ptr()) + r0 * n * at::elementSize(od);
+    e.m = r;
+    e.n = n;
+    check_launch(kOp, launch_nvfp4_prefill_epilogue(out_of(od), e, pdl, stream), x);
+  }
+}
 
 at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& w_scale,
                              const at::Tensor& w_global, const std::optional<at::Tensor>& bias,
                              std::optional<at::ScalarType> out_dtype) {
   check_cuda(kOp, "x", x);
   check_activation(kOp, "x", x);
-  TORCH_CHECK_VALUE(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "qwen38.", kOp,
-                    ": w_packed must be a 2-D uint8 tensor [N, K/2], got ", dtype_name(w_packed.scalar_type()),
-                    " of shape ", shape_str(w_packed.sizes()));
-  const int64_t n = w_packed.size(0), k = 2 * w_packed.size(1);
-  TORCH_CHECK_VALUE(k % 32 == 0 && k > 0, "qwen38.", kOp, ": K = 2 * w_packed.shape[1] must be a positive multiple of 32, got K = ",
-                    num(k), " (w_packed shape ", shape_str(w_packed.sizes()), ")");
+  const auto [n, k] = check_nvfp4_weight(kOp, w_packed, w_scale, "x", x);
   TORCH_CHECK_VALUE(x.size(-1) == k, "qwen38.", kOp, ": x.shape[-1] must equal K = ", num(k),
                     " (from w_packed shape ", shape_str(w_packed.sizes()), "), got x shape ", shape_str(x.sizes()));
-  TORCH_CHECK_VALUE(w_packed.is_contiguous(), "qwen38.", kOp, ": w_packed must be contiguous, got strides ",
-                    shape_str(w_packed.strides()));
-  TORCH_CHECK_VALUE(w_scale.scalar_type() == at::kFloat8_e4m3fn, "qwen38.", kOp,
-                    ": w_scale must be torch.float8_e4m3fn, got ", dtype_name(w_scale.scalar_type()));
-  TORCH_CHECK_VALUE(w_scale.dim() == 2 && w_scale.size(0) == n && w_scale.size(1) == k / 16, "qwen38.", kOp,
-                    ": w_scale must be [N, K/16] = [", num(n), ", ", num(k / 16), "] for w_packed shape ",
-                    shape_str(w_packed.sizes()), ", got ", shape_str(w_scale.sizes()));
-  TORCH_CHECK_VALUE(w_scale.is_contiguous(), "qwen38.", kOp, ": w_scale must be contiguous (row-major), got strides ",
-                    shape_str(w_scale.strides()));
   TORCH_CHECK_VALUE(w_global.scalar_type() == at::kFloat && w_global.numel() == 1, "qwen38.", kOp,
                     ": w_global must be a one-element float32 tensor, got ", dtype_name(w_global.scalar_type()),
                     " of shape ", shape_str(w_global.sizes()));
-  check_same_device(kOp, "w_packed", w_packed, "x", x);
-  check_same_device(kOp, "w_scale", w_scale, "x", x);
   check_same_device(kOp, "w_global", w_global, "x", x);
   const int bias_dtype = check_bias(kOp, bias, n, x);
   const at::ScalarType od = check_out_dtype(kOp, out_dtype, x);
@@ -52,10 +194,21 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   if (m == 0 || n == 0) return y;
 
   const int64_t x_stride = row_stride(kOp, "x", x);
-  check_skinny_rows(kOp, m, kSkinnyMaxRows, x, x_stride);
-  TORCH_CHECK_VALUE(aligned(w_packed.data_ptr(), 16), "qwen38.", kOp, ": w_packed must be 16-byte aligned");
-  TORCH_CHECK_VALUE(aligned(w_scale.data_ptr(), 2), "qwen38.", kOp, ": w_scale must be 2-byte aligned");
+  TORCH_CHECK_VALUE(aligned(x.data_ptr(), 16) && x_stride % 8 == 0, "qwen38.", kOp,
+                    ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
+                    "elements), got row stride ", num(x_stride));
 
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  bool dequant = false;
+  if (m > kSkinnyMaxRows) {
+    const Prefill mode = prefill_mode();
+    dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k));
+  }
+  if (dequant) {
+    run_dequant(x, w_packed, w_scale, w_global, bias, bias_dtype, y, od, m, n, k, x_stride, stream);
+    return y;
+  }
   Nvfp4Params p;
   p.x = x.data_ptr();
   p.w = static_cast<const uint8_t*>(w_packed.data_ptr());
@@ -64,20 +217,31 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.bias_dtype = bias_dtype;
   p.y = y.data_ptr();
-  p.m = m;
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
-  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
-  const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_nvfp4_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),
-                                        at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
-               x);
+  run_skinny_chunks(x, p, m, stream);
   return y;
+}
+
+at::Tensor nvfp4_dequantize_cuda(const at::Tensor& w_packed, const at::Tensor& w_scale, at::ScalarType dtype) {
+  constexpr const char* op = "nvfp4_dequantize";
+  check_cuda(op, "w_packed", w_packed);
+  const auto [n, k] = check_nvfp4_weight(op, w_packed, w_scale, "w_packed", w_packed);
+  TORCH_CHECK_VALUE(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat, "qwen38.", op,
+                    ": dtype must be bfloat16, float16 or float32, got ", dtype_name(dtype));
+  at::Tensor out = new_output({n, k}, w_packed.options().dtype(dtype));
+  if (n == 0) return out;
+  const c10::cuda::CUDAGuard guard(w_packed.device());
+  launch_dequantize(op, w_packed, w_scale, out, n, k, at::cuda::getCurrentCUDAStream(w_packed.device().index()).stream());
+  return out;
 }
 
 }  // namespace
 }  // namespace qwen38::gemm
 
-TORCH_LIBRARY_IMPL(qwen38, CUDA, m) { m.impl("nvfp4_linear", &qwen38::gemm::nvfp4_linear_cuda); }
+TORCH_LIBRARY_IMPL(qwen38, CUDA, m) {
+  m.impl("nvfp4_linear", &qwen38::gemm::nvfp4_linear_cuda);
+  m.impl("nvfp4_dequantize", &qwen38::gemm::nvfp4_dequantize_cuda);
+}

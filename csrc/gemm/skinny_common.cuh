@@ -97,8 +97,8 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 1
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
-    float v = (sum * unscale) * gscale;
-    if (bias != nullptr) v += load_bias(bias, bias_dtype, nn);
+    float v = __fmul_rn(__fmul_rn(sum, unscale), gscale);  // never contracted into an fma with the bias
+    if (bias != nullptr) v = __fadd_rn(v, load_bias(bias, bias_dtype, nn));
     store_out(y, out, int64_t(r) * n + nn, v);
   }
   __syncthreads();

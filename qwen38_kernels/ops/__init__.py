@@ -1,9 +1,9 @@
 """Public op wrappers, one module per family."""
 from .conv import conv_chain, conv_commit, conv_step, conv_tree
 from .fp8 import fp8_block_linear
-from .gemm import nvfp4_linear
+from .gemm import nvfp4_dequantize, nvfp4_linear
 from .head import head_argmax, head_logits
 from .norm import add_rms_norm, rms_norm, rms_norm_gated
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear", "fp8_block_linear", "head_logits", "head_argmax",
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear", "nvfp4_dequantize", "fp8_block_linear", "head_logits", "head_argmax",
            "conv_step", "conv_chain", "conv_tree", "conv_commit"]

@@ -15,6 +15,16 @@ nvfp4_linear (weight layout: qwen38_kernels/formats.py, MODEL.md "Weight formats
 one element (a multiplier, ModelOpt's weight_scale_2), ``bias`` None or [N] (x's dtype or fp32),
 ``out_dtype`` None (x's dtype), bf16, fp16 or fp32. Returns a contiguous [..., N].
 
+Any number of rows: on CUDA 1..32 rows take the skinny kernel, more rows a prefill strategy
+(csrc/gemm/nvfp4_linear.cpp); all answer to this reference and its float64 bound.
+
+nvfp4_dequantize (the first half of the "dequant" prefill strategy, also an op of its own)::
+
+    W'[n, k] = e2m1(w_packed)[n, k] * fp32(w_scale[n, k // 16])       # [N, K] in dtype, exact
+
+exact in bfloat16, float16 and float32 (at most 6 significant bits, magnitudes 2^-10 .. 2688); the
+global scale is not applied.
+
 Row invariance: each row is computed by the same sequence of operations (a fresh [1, K] row times
 the dequantized weight, the weight cut into row blocks that depend on K only), whatever M is.
 
@@ -33,10 +43,10 @@ from __future__ import annotations
 import torch
 
 from .._checks import _fail
-from .._checks_gemm import NVFP4_BLOCK, check_nvfp4_linear
+from .._checks_gemm import NVFP4_BLOCK, check_nvfp4_dequantize, check_nvfp4_linear
 from ..formats import unpack_e2m1
 
-__all__ = ["nvfp4_linear", "nvfp4_linear_f64_bound"]
+__all__ = ["nvfp4_linear", "nvfp4_linear_f64_bound", "nvfp4_dequantize"]
 
 _ACC_DTYPES = (torch.float32, torch.float64)
 # Weight rows dequantized at a time: about 4M elements, a function of K only (the reduction order
@@ -107,3 +117,10 @@ def nvfp4_linear_f64_bound(x: torch.Tensor, w_packed: torch.Tensor, w_scale: tor
     err = (j * _U32 / (1 - j * _U32)) * mag + 2.0 ** -50 * y64.abs()
     lead = tuple(x.shape[:-1])
     return y64.reshape(*lead, n), err.reshape(*lead, n)
+
+
+def nvfp4_dequantize(w_packed: torch.Tensor, w_scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``e2m1 * fp32(scale)`` as a contiguous [N, K] tensor of ``dtype`` (bf16, fp16 or fp32), without
+    the global scale. Computed in fp32 (exact) and cast (exact: every product fits ``dtype``)."""
+    check_nvfp4_dequantize(w_packed, w_scale, dtype)
+    return _dequant_rows(w_packed, w_scale, torch.float32).to(dtype).contiguous()
