@@ -25,6 +25,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "1: kernels launch with programmatic dependent launch (sm_90+): a kernel is scheduled while "
          "its predecessor finishes and waits (griddepcontrol.wait) before touching memory, hiding "
          "launch latency between back-to-back kernels; 0: plain stream-ordered launches. Same bits."),
+    Knob("QWEN38_NORM_STREAM", "1",
+         "1: many-row norm calls (rows * H >= 2^20, 16-byte-aligned rows, H in 65..16384) take the "
+         "persistent streaming kernel (v5); 0: the v4 launch shapes (the A/B baseline). Same bits."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),

@@ -585,6 +585,62 @@ def test_many_rows_equal_their_one_row_calls(op, h):
             qt.assert_bitwise_equal(a[r:r + 1], b, f"{op} H={h}: row {r} of {m} rows, output {k}")
 
 
+# Shapes that take the streaming kernel (rows * H >= 2^20 with aligned rows): the model's [M, 5120]
+# rows, the q slice of [M, 24, 512] (strided rows of 256), [M, 48, 128] heads, the longest row
+# (32 segments: several warps per row meeting in shared memory) and H = 1000 (a last segment short of
+# groups: zero-filled, see norm_kernel.cuh). The row counts leave a partial last
+# pass of the persistent grid, and the largest ones take several passes.
+STREAM_CASES = [("rows", 5120, 4099), ("head_slice", 256, 1001), ("heads", 128, 1003), ("rows", 16384, 300),
+                ("heads", 256, 700), ("rows", 1000, 1500)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("zc", [True, False], ids=["zc", "plain"])
+@pytest.mark.parametrize("wkind", W_KINDS)
+@pytest.mark.parametrize("xdt", X_DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout,h,m", STREAM_CASES)
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_stream_knob_gives_the_same_bits(op, layout, h, m, xdt, wkind, zc):
+    """QWEN38_NORM_STREAM=1 (persistent streaming kernel) and =0 (v4 launch shapes) give the same
+    bits on many rows, and rows of either equal their 1-row calls (the latency shape)."""
+    if op == "rms_norm_gated" and not zc:
+        pytest.skip("rms_norm_gated has no zero_centered flag")
+    rows, w = _inputs(op, layout, m, h, xdt, _wdtype(xdt, wkind), "cuda", zc, seed=31)
+    fn = _op(op, w, zc)
+    with knobs.override(QWEN38_NORM_STREAM="1"):
+        new = _outs(fn(*rows))
+        qt.assert_graph_equals_eager(fn, *rows)
+    with knobs.override(QWEN38_NORM_STREAM="0"):
+        old = _outs(fn(*rows))
+    for k, (a, b) in enumerate(zip(new, old)):
+        qt.assert_bitwise_equal(a, b, f"{op} {layout} x {list(rows[0].shape)}: output {k}, stream 1 vs 0")
+    for r in (0, 1, m // 2, m - 1):
+        one = _outs(fn(*(t[r:r + 1] for t in rows)))
+        for k, (a, b) in enumerate(zip(new, one)):
+            qt.assert_bitwise_equal(a[r:r + 1], b, f"{op} {layout}: row {r} of {m} rows, output {k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_stream_kernel_writes_every_element_and_skips_nonfinite_rows(op):
+    """Poisoned outputs are fully written by the streaming kernel, and a NaN / Inf row leaves the
+    other rows' bits as they are."""
+    m, h = 2100, 5120
+    rows, w = _inputs(op, "rows", m, h, torch.bfloat16, torch.float32, "cuda", seed=33)
+    with knobs.override(QWEN38_NORM_STREAM="1", QWEN38_POISON_OUTPUTS="1"):
+        clean = _outs(_op(op, w)(*rows))
+        for k, o in enumerate(clean):
+            assert not torch.isnan(o).any(), f"{op}: output {k} has NaN (unwritten) elements"
+        dirty = tuple(t.clone() for t in rows)
+        dirty[0][5, 17] = float("nan")
+        dirty[0][1000, 4000] = float("inf")
+        got = _outs(_op(op, w)(*dirty))
+    for k, (g, c) in enumerate(zip(got, clean)):
+        keep = torch.ones(m, dtype=torch.bool, device="cuda")
+        keep[[5, 1000]] = False
+        qt.assert_bitwise_equal(g[keep], c[keep], f"{op}: output {k}, rows next to non-finite rows")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_pdl_knob_gives_the_same_bits(op):

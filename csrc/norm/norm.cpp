@@ -54,7 +54,7 @@ void run(const char* op, Kind kind, const at::Tensor& x, const at::Tensor& weigh
   if (p.rows == 0) return;  // empty input: empty output, no launch
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = launch(kind, to_dtype(x.scalar_type()), to_dtype(weight.scalar_type()), p,
-                                 knob_enabled("QWEN38_PDL", true),
+                                 knob_enabled("QWEN38_PDL", true), knob_enabled("QWEN38_NORM_STREAM", true),
                                  at::cuda::getCurrentCUDAStream(x.device().index()).stream());
   check_launch(op, err, x);
 }

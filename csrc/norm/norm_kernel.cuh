@@ -30,10 +30,15 @@
 //   SPW = 4 for rms_norm, 2 for add_rms_norm and rms_norm_gated, which keep two inputs per group
 //   (many rows, bandwidth): fewer warps per row, more bytes in flight per thread, weights re-read
 //   in pass 2 through the read-only path (L1/L2 hits after the first rows).
+//   the streaming shape (norm_stream_kernel, many rows of aligned groups, see below): a persistent
+//   grid with SPW = 10 (rms_norm) or 5 (two inputs) for L = 32, and two rows in flight per lane for
+//   L = 8 or 16.
 // Every load of a lane is issued before the first shuffle, so they are all in flight together.
 // The ALIGNED variant loads a group with one 16-byte load; the other loads the same group element
 // by element: same arithmetic, same bits.
 #pragma once
+
+#include <type_traits>
 
 #include "common/pdl.cuh"
 #include "common/vec.cuh"
@@ -121,25 +126,104 @@ __device__ __forceinline__ void store_group(T* __restrict__ p, int valid, const 
 // __fdividef(g, inf) = 0; NaN propagates.
 __device__ __forceinline__ float silu_f32(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
+// Element j (a compile-time index) of a group in fp32. PACKED (the streaming shape): read from the
+// 32-bit word that holds it with its neighbour (bf16 -> fp32 is the exact bit shift that
+// __bfloat162float does; fp16 through the exact paired conversion), so that the compiler keeps a
+// group in 4 registers instead of splitting it into 8 16-bit ones. Same value either way: every
+// conversion here is exact.
+template <typename T, bool PACKED = false>
+__device__ __forceinline__ float elem(const Group<T>& g, int j) {
+  if constexpr (PACKED && sizeof(T) == 2) {
+    const uint32_t w = reinterpret_cast<const uint32_t*>(&g)[j / 2];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float(j % 2 == 0 ? w << 16 : w & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w));
+      return j % 2 == 0 ? h.x : h.y;
+    }
+  } else {
+    return to_f32(g.v[j]);
+  }
+}
+
+// Eight fp32 values rounded to T. PACKED: two at a time (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: each
+// half rounded to nearest even on its own, exactly as from_f32 rounds one value) straight into
+// packed registers: one conversion per pair and no repacking.
+template <typename T, bool PACKED = false>
+__device__ __forceinline__ Group<T> pack(const float (&f)[kGroup]) {
+  Group<T> g;
+  if constexpr (PACKED) {
+    static_assert(sizeof(Group<T>) == 16, "16-bit activations");
+    uint32_t u[kGroup / 2];
+#pragma unroll
+    for (int j = 0; j < kGroup; j += 2) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(f[j], f[j + 1]);
+        u[j / 2] = *reinterpret_cast<const uint32_t*>(&h);
+      } else {
+        const __half2 h = __floats2half2_rn(f[j], f[j + 1]);
+        u[j / 2] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+    }
+    *reinterpret_cast<uint4*>(&g) = make_uint4(u[0], u[1], u[2], u[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) g.v[j] = from_f32<T>(f[j]);
+  }
+  return g;
+}
+
+// The arithmetic every launch shape shares (one definition, so the shapes cannot drift apart; PACKED
+// only changes how values move between packed registers and fp32, never a value):
+
 // One group of outputs from the (rounded, for kAddRms) inputs v, weights w and gates g.
-template <typename T, typename W, Kind KIND>
+// ZC: 1 zero-centred, 0 plain, -1 as `zero_centered` says at run time.
+template <typename T, typename W, Kind KIND, int ZC = -1, bool PACKED = false>
 __device__ __forceinline__ Group<T> finish_group(bool zero_centered, float r, const Group<T>& v,
                                                  const Group<W>& w, const Group<T>& g) {
-  Group<T> out;
+  const bool zc = ZC >= 0 ? ZC == 1 : zero_centered;
+  float o[kGroup];
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
-    const float vj = to_f32(v.v[j]), wj = to_f32(w.v[j]);
+    const float vj = elem<T, PACKED>(v, j), wj = elem<W, PACKED>(w, j);
     if constexpr (KIND == Kind::kGated) {
       const float n = round_to<T>(vj * r);
       float m = wj * n;
       if constexpr (sizeof(W) == sizeof(T)) m = round_to<T>(m);  // bf16 * bf16 in the reference
-      out.v[j] = from_f32<T>(m * silu_f32(to_f32(g.v[j])));
+      o[j] = m * silu_f32(elem<T, PACKED>(g, j));
     } else {
-      const float s = zero_centered ? 1.0f + wj : wj;
-      out.v[j] = from_f32<T>(vj * r * s);  // (x * r) * s: the reference's order
+      const float s = zc ? 1.0f + wj : wj;
+      o[j] = vj * r * s;  // (x * r) * s: the reference's order
     }
   }
-  return out;
+  return pack<T, PACKED>(o);
+}
+
+// A lane's squares added in element order.
+template <typename T, bool PACKED = false>
+__device__ __forceinline__ void add_squares(float& part, const Group<T>& v) {
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) part += elem<T, PACKED>(v, j) * elem<T, PACKED>(v, j);
+}
+
+// The xor butterfly over L lanes.
+__device__ __forceinline__ float butterfly(float part, int lanes) {
+  for (int off = lanes / 2; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+  return part;
+}
+
+// r from the row sum.
+__device__ __forceinline__ float inv_rms(float ss, int64_t H, float eps) {
+  return 1.0f / sqrtf(ss / float(H) + eps);  // IEEE div and sqrt: mean, + eps, rsqrt
+}
+
+// h = round(x + res), the rounded bf16/fp16 residual add of add_rms_norm.
+template <typename T, bool PACKED = false>
+__device__ __forceinline__ void add_residual(Group<T>& v, const Group<T>& res) {
+  float h[kGroup];
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) h[j] = elem<T, PACKED>(v, j) + elem<T, PACKED>(res, j);
+  v = pack<T, PACKED>(h);
 }
 
 template <typename T, typename W, Kind KIND, bool ALIGNED, int SPW>
@@ -201,15 +285,12 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
       const int e = base + (2 * i + c) * step;
       if (!active || e >= hidden) continue;
       if constexpr (KIND == Kind::kAddRms) {
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) v[i][c].v[j] = from_f32<T>(to_f32(v[i][c].v[j]) + to_f32(rr[i][c].v[j]));
+        add_residual<T>(v[i][c], rr[i][c]);
         store_group<T, ALIGNED>(res_out + e, valid_in(e), v[i][c]);  // the bf16 residual add
       }
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) part += to_f32(v[i][c].v[j]) * to_f32(v[i][c].v[j]);
+      add_squares<T>(part, v[i][c]);
     }
-    for (int off = lanes / 2; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-    seg[i] = part;
+    seg[i] = butterfly(part, lanes);
   }
 
   // ---- row sum: segments in order ----
@@ -229,7 +310,7 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
     for (int s = 0; s < segments; ++s) ss += sums[s];
   }
   if (!active) return;
-  const float r = 1.0f / sqrtf(ss / float(H) + p.eps);  // IEEE div and sqrt: mean, + eps, rsqrt
+  const float r = inv_rms(ss, H, p.eps);
 
   // ---- pass 2: normalise and store ----
 #pragma unroll
@@ -243,6 +324,219 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
       else ww = load_group<W, ALIGNED, true>(wt + e, valid_in(e));
       store_group<T, ALIGNED>(y + e, valid_in(e), finish_group<T, W, KIND>(p.zero_centered, r, v[i][c], ww, g[i][c]));
     }
+  }
+}
+
+
+// ---- The streaming shape (v5): many rows, 16-byte-aligned rows ----
+// A persistent grid (as many blocks as fit on the device at once) whose row groups walk the rows
+// with a grid stride, so no block is launched per row and a warp starts its next row's loads right
+// after its stores. Same lane -> group mapping, same segment sums, same row sum, same finish as
+// norm_kernel (the helpers above), hence the same bits; only L (lanes per segment) and SPW are
+// compile-time here, which turns every in-row offset into an immediate:
+//   L = 32 (H > 256): SPW = 10 for rms_norm (H = 5120: one warp per row, 20 groups = 80 registers
+//     of x per lane, no barrier), 5 for the two-input kinds (two warps per row meeting in shared
+//     memory, double-buffered so one barrier per row); a block of 4 rows (one warp each) or of one
+//     row (several warps);
+//   L = 8, 16 (H = 65..256: one segment, 32 / L rows per warp): the lane's two weight groups are
+//     loaded once; the loads of the next row are issued before this row's shuffles and stores
+//     (software pipelining: two rows in flight per lane).
+// Activations are loaded with ld.global.cg (L2 only: they are read once, and L1 keeps the weights).
+constexpr int64_t kStreamMinElems = int64_t(1) << 20;  // rows * H from which the host takes it
+constexpr int kStreamThreads = 256;                    // launch bound
+constexpr int kStreamSmallBlock = 256;                 // threads per block for L < 32
+constexpr int kStreamRowsPerBlock32 = 4;               // rows per block for L = 32, one warp per row
+constexpr int kStreamSpwRms = 10, kStreamSpwTwo = 5;   // segments per warp for L = 32
+
+template <Kind KIND>
+constexpr int stream_spw() { return KIND == Kind::kRms ? kStreamSpwRms : kStreamSpwTwo; }
+
+// Threads per block of the streaming shape for L lanes per segment and `warps_per_row` warps.
+inline int stream_threads(int lanes, int warps_per_row) {
+  if (lanes < kLanes) return kStreamSmallBlock;
+  return warps_per_row == 1 ? kStreamRowsPerBlock32 * kLanes : warps_per_row * kLanes;
+}
+
+// 16 bytes through L2 only (ld.global.cg), or zeros when !here.
+template <typename T>
+__device__ __forceinline__ Group<T> load_stream(const T* __restrict__ p, bool here) {
+  static_assert(sizeof(Group<T>) == 16, "16-bit activations");
+  uint4 u = make_uint4(0u, 0u, 0u, 0u);
+  if (here) u = __ldcg(reinterpret_cast<const uint4*>(p));
+  return *reinterpret_cast<const Group<T>*>(&u);
+}
+
+// The same bits through an opaque register move: pass 2 then converts the packed 16-bit values
+// again instead of keeping pass 1's fp32 copies live (which would double the registers per group).
+template <typename T>
+__device__ __forceinline__ Group<T> launder(const Group<T>& g) {
+  static_assert(sizeof(Group<T>) == 16, "16-bit activations");
+  uint4 u = *reinterpret_cast<const uint4*>(&g);
+  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+  return *reinterpret_cast<const Group<T>*>(&u);
+}
+
+// A per-row pointer the compiler may not split: left alone, it re-associates `row pointer + lane
+// offset + k * step` and hoists the loop-invariant part of every group's address out of the row
+// loop (2 * SPW 64-bit registers per tensor, spilled). Opaque, the offsets stay immediates.
+template <typename P>
+__device__ __forceinline__ P* opaque(P* ptr) {
+  asm volatile("" : "+l"(ptr));
+  return ptr;
+}
+
+// One lane's inputs of one row: x (and residual or gate) for its 2 * SPW groups.
+template <typename T, Kind KIND, int SPW>
+struct LaneRow {
+  Group<T> v[SPW][2];
+  Group<T> r[KIND == Kind::kAddRms ? SPW : 1][2];
+  Group<T> g[KIND == Kind::kGated ? SPW : 1][2];
+};
+
+template <typename T, typename W, Kind KIND, int L, int SPW, bool PIPE>
+__global__ void __launch_bounds__(kStreamThreads, L == kLanes ? 2 : 3)
+norm_stream_kernel(const Params p, const int segments, const int warps_per_row) {
+  static_assert(L == kLanes || SPW == 1, "a row of more than one segment has 32 lanes per segment");
+  __shared__ float seg_sums[2][kLanes];  // the block's row, when several warps share it
+
+  const int tpr = L * warps_per_row;
+  const int rows_per_block = blockDim.x / tpr;
+  const int row_in_block = threadIdx.x / tpr;
+  const int lane = threadIdx.x % L;
+  const int warp_in_row = (threadIdx.x % tpr) / L;
+  const int hidden = int(p.hidden);
+  const int base = (warp_in_row * SPW * 2 * L + lane) * kGroup;
+  constexpr int kStep = L * kGroup;
+  const T* __restrict__ x0 = static_cast<const T*>(p.x);
+  const T* __restrict__ res0 = static_cast<const T*>(p.residual);
+  const T* __restrict__ gate0 = static_cast<const T*>(p.gate);
+  const W* __restrict__ wt = static_cast<const W*>(p.weight);
+  T* __restrict__ y0 = static_cast<T*>(p.y);
+  T* __restrict__ res_out0 = static_cast<T*>(p.residual_out);
+
+  const int64_t stride = int64_t(gridDim.x) * rows_per_block;
+  int64_t first = int64_t(blockIdx.x) * rows_per_block;  // the block's first row this iteration
+  if (first >= p.rows) return;  // block-uniform (the host sizes the grid so this does not happen)
+
+  pdl_wait();
+  pdl_allow();
+
+  // One segment (L < 32): the lane's weights are the same two groups for every row.
+  Group<W> wk[L < kLanes ? 2 : 1];
+  if constexpr (L < kLanes) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      if (base + c * kStep < hidden) wk[c] = load_group<W, true, true>(wt + base + c * kStep, kGroup);
+  }
+
+  // A group past the row's end, or of a row past the last, is zero-filled and goes through the same
+  // arithmetic without branches: its squares add +0 to a partial that is never -0, which leaves the
+  // partial's bits unchanged (NaN stays NaN), so the sums are those of the skipping kernel. Stores
+  // of such groups are skipped.
+  auto load_row = [&](LaneRow<T, KIND, SPW>& d, int64_t row) {
+    const bool active = row < p.rows;
+    const T* __restrict__ x = opaque(x0 + (row * p.x_stride + base));
+    const T* __restrict__ res = KIND == Kind::kAddRms ? opaque(res0 + (row * p.res_stride + base)) : nullptr;
+    const T* __restrict__ gate = KIND == Kind::kGated ? opaque(gate0 + (row * p.gate_stride + base)) : nullptr;
+#pragma unroll
+    for (int i = 0; i < SPW; ++i) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int k = (2 * i + c) * kStep;
+        const bool here = active && base + k < hidden;
+        d.v[i][c] = load_stream<T>(x + k, here);
+        if constexpr (KIND == Kind::kAddRms) d.r[i][c] = load_stream<T>(res + k, here);
+        if constexpr (KIND == Kind::kGated) d.g[i][c] = load_stream<T>(gate + k, here);
+      }
+    }
+  };
+
+  LaneRow<T, KIND, SPW> cur;
+  load_row(cur, first + row_in_block);
+  int parity = 0;
+#pragma unroll 1
+  for (;;) {
+    const int64_t row = first + row_in_block;
+    const bool active = row < p.rows;
+    const int64_t next = first + stride;
+    const bool more = next < p.rows;  // block-uniform: every thread of the block loops alike
+    LaneRow<T, KIND, SPW> nxt;
+    if constexpr (PIPE) {
+      if (more) load_row(nxt, next + row_in_block);
+    }
+
+    // ---- squares per lane, segment sums (residual add first) ----
+    float seg[SPW];
+    T* __restrict__ res_out = KIND == Kind::kAddRms ? opaque(res_out0 + (row * hidden + base)) : nullptr;
+#pragma unroll
+    for (int i = 0; i < SPW; ++i) {
+      float part = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int k = (2 * i + c) * kStep;
+        if constexpr (KIND == Kind::kAddRms) {
+          add_residual<T, true>(cur.v[i][c], cur.r[i][c]);
+          if (active && base + k < hidden) store_group<T, true>(res_out + k, kGroup, cur.v[i][c]);
+        }
+        add_squares<T, true>(part, cur.v[i][c]);
+      }
+      seg[i] = butterfly(part, L);
+    }
+
+    // ---- row sum: segments in order ----
+    float ss = 0.0f;
+    if (warps_per_row == 1) {
+#pragma unroll
+      for (int i = 0; i < SPW; ++i)
+        if (i < segments) ss += seg[i];
+    } else {
+      // Double-buffered: a warp writes buffer `parity` again only two rows later, after the
+      // barrier of the row in between, which every warp reaches only after reading it.
+      float* sums = seg_sums[parity];
+#pragma unroll
+      for (int i = 0; i < SPW; ++i) {
+        const int s = warp_in_row * SPW + i;
+        if (lane == 0 && s < segments) sums[s] = seg[i];
+      }
+      __syncthreads();
+      for (int s = 0; s < segments; ++s) ss += sums[s];
+      parity ^= 1;
+    }
+
+    // ---- normalise and store ----
+    if (active) {
+      const float r = inv_rms(ss, p.hidden, p.eps);
+      T* __restrict__ y = opaque(y0 + (row * hidden + base));
+      // The weights' address is opaque too: their loads are loop-invariant, and hoisted out of the
+      // row loop they would hold 2 * SPW groups of registers for the whole kernel.
+      const W* __restrict__ wrow = opaque(wt + base);
+      // zero_centered decided once per row, not once per group: one straight block of loads,
+      // arithmetic and stores that the scheduler can overlap.
+      auto finish_row = [&](auto zc) {
+        constexpr int kZc = decltype(zc)::value;
+#pragma unroll
+        for (int i = 0; i < SPW; ++i) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int k = (2 * i + c) * kStep;
+            if (base + k >= hidden) continue;
+            Group<W> ww;
+            if constexpr (L < kLanes) ww = wk[c];
+            else ww = load_group<W, true, true>(wrow + k, kGroup);
+            store_group<T, true>(y + k, kGroup,
+                                 finish_group<T, W, KIND, kZc, true>(p.zero_centered, r, launder<T>(cur.v[i][c]),
+                                                               ww, cur.g[i][c]));
+          }
+        }
+      };
+      if (KIND == Kind::kGated || !p.zero_centered) finish_row(std::integral_constant<int, 0>{});
+      else finish_row(std::integral_constant<int, 1>{});
+    }
+
+    if (!more) break;
+    first = next;
+    if constexpr (PIPE) cur = nxt;
+    else load_row(cur, first + row_in_block);
   }
 }
 

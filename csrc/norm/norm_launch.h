@@ -28,8 +28,10 @@ constexpr int64_t kMaxHiddenElems = 16384;
 
 // Launches on `stream` (with programmatic dependent launch when `pdl`). The reduction order is
 // fixed by `hidden` alone; the launch shape may follow `rows` without changing any bit.
-// Returns the launch error, if any.
-cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, bool pdl, cudaStream_t stream);
+// `streaming`: many rows may take the persistent streaming shape (else the v4 wide shape; the
+// QWEN38_NORM_STREAM knob's A/B). Returns the launch error, if any.
+cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, bool pdl, bool streaming,
+                   cudaStream_t stream);
 
 // Whether this build holds machine code the current device can run: fills the binary and PTX
 // versions of a representative kernel (e.g. 90 for sm_90a) or returns the error.
