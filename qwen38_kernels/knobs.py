@@ -25,6 +25,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "1: kernels launch with programmatic dependent launch (sm_90+): a kernel is scheduled while "
          "its predecessor finishes and waits (griddepcontrol.wait) before touching memory, hiding "
          "launch latency between back-to-back kernels; 0: plain stream-ordered launches. Same bits."),
+    Knob("QWEN38_GDN_CHECK_INDICES", "1",
+         "1: an eager call of a CUDA GDN op copies its index tensors (slots, lengths, parents, accepted) "
+         "to the host and validates them as the reference does, raising ValueError naming the argument "
+         "(one small synchronising copy; skipped while a CUDA graph is captured); 0: no copy. The kernels "
+         "guard themselves either way: nothing out of range is read or written."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),

@@ -238,7 +238,7 @@ def _tree_depths(op, parents, lengths, batch, t, device):
             if p < -1 or p >= i:
                 _fail(op, f"parents[{b}, {i}] = {p}: a parent must be -1 or an earlier node in depth-first order")
             dp = 0 if p < 0 else d[p]
-            if path[dp] != p:
+            if dp >= len(path) or path[dp] != p:  # deeper than the current path: a finished branch
                 _fail(op, f"parents[{b}, {i}] = {p} is not on the current root-to-node path: the nodes are not "
                           f"in depth-first order")
             d[i] = dp + 1

@@ -1,0 +1,446 @@
+// Gated DeltaNet decode kernels: step, chain verify, tree verify, commit. Torch-free.
+//
+// Formula (per sequence b and v head h; q/k head hq = h / 3; everything fp32, no FMA):
+//   kn = k * (1 / sqrt(ksum(k*k) + 1e-6))          qn = (q * (1 / sqrt(ksum(q*q) + 1e-6))) * scale
+//   d  = round_fp32(exp_f64(g))                     (per head and token)
+//   S  = S * d;   u = ksum_i(S[i, :] * kn[i]);   delta = (v - u) * beta;   S = S + kn[:, None] * delta
+//   o  = round(ksum_i(S[i, :] * qn[i]))             (the updated S)
+// ksum: K = 128 split into 4 contiguous segments of 32, each summed sequentially in ascending i
+// starting from its first product, then (p0 + p1) + (p2 + p3). Reference (the contract, bit for bit):
+// qwen38_kernels/reference/gdn.py (_ksum, _l2norm, _decay, _gdn_core, gdn_gates).
+//
+// Tensors: q, k [B, T, 16, 128], v [B, T, 48, 128] bf16/fp16 (last dim contiguous, other strides
+// free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),
+// 128 (V = j)] contiguous; output [B, T, 48, 128] contiguous in the act dtype.
+//
+// Work split: one CTA of 64 threads per (column block of 32 V columns, v head, sequence). Columns
+// of S evolve independently (u, delta and o of column j only read column j and the shared kn, qn),
+// so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside a CTA:
+//
+//        columns  cb*32 + 0,1 | 2,3 | ... | 30,31            thread = (column pair cp, segment s)
+//   rows   0..31   (cp 0, s 0) (cp 1, s 0) ...               lane   = 4 * (cp % 8) + s
+//         32..63   (cp 0, s 1) ...                           warp   = cp / 8
+//         64..95   (cp 0, s 2) ...
+//         96..127  (cp 0, s 3) ...
+//
+// Each thread holds the 32 x 2 fp32 block of its (segment, column pair) in registers (float2 S[32])
+// for the whole launch: the tile is loaded once and, for the step and the commit, stored once.
+// A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
+// segment order; the 4 partials live in 4 adjacent lanes and are combined by two xor shuffles:
+// lane s holds p_s; after xor 1 lanes 0,1 hold p0 + p1 (addition is commutative: same bits on
+// both), lanes 2,3 hold p2 + p3; after xor 2 every lane holds (p0 + p1) + (p2 + p3).
+//
+// Verify: the per-token vectors (kn, qn, v, decay, beta) do not depend on the state, so they are
+// computed for every token up front into shared memory, while the tile loads are in flight; the
+// loop over tokens then touches registers and shared memory only. A tree node's state is its
+// parent's state plus its own update. In depth-first order the parent p of node i is the previous
+// node or an ancestor of it; when it is not the previous node, the state after p is rebuilt from
+// the committed tile (kept in shared memory) by replaying the path root..p with the stored
+// per-node decay and delta:  S = S * d_a + kn_a * delta_a  - the step's own two roundings, with
+// the very operands the step used, so the replayed state is bit-identical to the stepped one.
+// A per-warp array holds the current path (the last node visited at each depth).
+//
+// Commit: replays the accepted tokens (chain prefix, or the tree path root..accepted) with the full
+// step arithmetic (u and delta recomputed from the verify's k, v, g, beta) and stores the tile.
+//
+// Transcendentals are evaluated in double and rounded once to fp32, as the reference does: exp for
+// the decay; sigmoid, softplus (log1p(exp)) and exp(A_log) for the raw gates. CUDA's double exp and
+// log1p are within 1-2 ulp of the exact value, as is the CPU's; the fp32 rounding of two such
+// doubles can differ only when the exact value lies within ~2^-52 relative of an fp32 rounding
+// boundary (about 1 value in 2^28 for a uniformly placed value), far below anything a test sees.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/pdl.cuh"
+#include "gdn/gdn_launch.h"
+
+namespace qwen38::gdn {
+
+constexpr int kThreads = 64;                  // 2 warps
+constexpr int kCols = 32;                     // V columns per CTA
+constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
+constexpr int kSegs = 4;                      // K_SPLIT of the contract
+constexpr int kSegLen = kHeadK / kSegs;       // 32 rows per segment
+constexpr int kSegPad = kSegLen + 1;          // a staged segment's smem stride: the 4 segments of a
+                                              // vector start in 4 different banks (conflict-free)
+constexpr int kVecFloats = kSegs * kSegPad;   // 132 floats per staged k or q vector
+constexpr int kPathLen = kMaxTreeNodes + 1;   // per-warp path, index = depth (0: the committed state)
+constexpr float kL2Eps = 1e-6f;               // reference L2_EPS, as fp32
+constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overflow-safe)
+
+static_assert(kThreads == kSegs * (kCols / 2), "one thread per (segment, column pair)");
+static_assert(kSegLen == 32 && kThreads == 64, "the lane mapping below assumes 32-row segments, 2 warps");
+
+// ---- shared memory layout ----------------------------------------------------------------------
+// [stash: kSegLen x kThreads float2, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
+// [bet: N][par: T][depth: T][order: T][path: 2 x kPathLen][info: 4]      (floats, then ints)
+__host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
+__host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
+__host__ __device__ constexpr size_t stash_bytes(Mode m) {
+  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float2) : 0;
+}
+__host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
+  return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
+}
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + 2 * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
+  return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
+}
+// The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
+static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
+
+// ---- loads -------------------------------------------------------------------------------------
+__device__ __forceinline__ int64_t load_index(const void* ptr, bool is64, int64_t i) {
+  return is64 ? static_cast<const int64_t*>(ptr)[i] : int64_t(static_cast<const int32_t*>(ptr)[i]);
+}
+
+// Any float dtype widened to fp32 (fp64 rounded once: the reference's .to(float32)).
+__device__ __forceinline__ float load_float(const void* ptr, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(ptr)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(ptr)[i]);
+    case DType::kF32: return static_cast<const float*>(ptr)[i];
+    default: return __double2float_rn(static_cast<const double*>(ptr)[i]);
+  }
+}
+
+// fp32 -> dtype -> fp32 (the reference's rounding of beta to b's dtype).
+__device__ __forceinline__ float round_through(float x, DType dt) {
+  if (dt == DType::kBF16) return __bfloat162float(__float2bfloat16_rn(x));
+  if (dt == DType::kF16) return __half2float(__float2half_rn(x));
+  return x;
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T x);
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  __device__ static type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct Pair<__half> {
+  using type = __half2;
+  __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+// 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
+template <typename T>
+__device__ __forceinline__ void load8(const T* src, bool vec, float (&out)[8]) {
+  if (vec) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(src[i]);
+  }
+}
+
+// ---- the contract's arithmetic (IEEE round-to-nearest intrinsics: nvcc never contracts these) --
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+
+// (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3).
+__device__ __forceinline__ float combine_segments(float p) {
+  p = add(p, __shfl_xor_sync(0xffffffffu, p, 1));
+  return add(p, __shfl_xor_sync(0xffffffffu, p, 2));
+}
+
+// decay = round_fp32(exp_f64(g))
+__device__ __forceinline__ float decay_of(float g) { return __double2float_rn(exp(double(g))); }
+
+// The raw gates of reference.gdn_gates: beta = round(b.dtype, round_fp32(sigmoid_f64(b)));
+// g = -(round_fp32(exp_f64(A_log)) * sp), sp = x if x > 20 else round_fp32(log1p(exp(x))), x = a + dt_bias.
+__device__ __forceinline__ void raw_gates(const Params& p, int b, int h, float* g_out, float* beta_out) {
+  const float bv = load_float(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+  const float s32 = __double2float_rn(1.0 / (1.0 + exp(-double(bv))));
+  *beta_out = round_through(s32, p.b_dt);
+  const float x = add(load_float(p.a, p.a_dt, int64_t(b) * p.a_sb + h), load_float(p.dt_bias, p.dtb_dt, h));
+  const float sp = x > kSoftplusThreshold ? x : __double2float_rn(log1p(exp(double(x))));
+  const float A = __double2float_rn(exp(double(load_float(p.A_log, p.alog_dt, h))));
+  *g_out = -mul(A, sp);
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+template <Mode MODE, typename T, bool RAW>
+__global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
+  constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit;
+  constexpr int kKinds = staged_kinds(MODE);
+
+  const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int seg = lane & 3;
+  const int cp = warp * 8 + (lane >> 2);     // column pair within the block, 0..15
+  const int col = cb * kCols + 2 * cp;       // this thread's first column (of two)
+  const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
+  const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
+  const int N = staged_capacity(MODE, T_);
+
+  float2* stash = reinterpret_cast<float2*>(smem_raw);
+  float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
+  float* vd = xs + size_t(N) * kKinds * kVecFloats;
+  float* dec = vd + size_t(N) * kCols;
+  float* bet = dec + N;
+  int* par = reinterpret_cast<int*>(bet + N);
+  int* depth = par + T_;
+  int* order = depth + T_;
+  int* path = order + T_;
+  int* info = path + 2 * kPathLen;
+
+  pdl_wait();   // inputs may come from the previous kernel
+  pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
+
+  // ---- which pool row, how many tokens (every thread computes the same) ----
+  const int64_t slot = load_index(p.slots, p.slots64, b);
+  bool live = slot >= 0 && slot < p.pool_rows;
+  if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
+    bool dup = false;
+    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
+    live = live && !__syncthreads_or(dup);
+  }
+  int n = T_;  // tokens (verify: rows) to run
+  if (kVerify && p.lengths != nullptr) {
+    const int64_t len = load_index(p.lengths, p.lengths64, b);
+    if (len < 0 || len > T_) live = false;
+    else n = int(len);
+  }
+  const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
+  int64_t acc = 0;
+  if (MODE == Mode::kCommit) {
+    acc = load_index(p.accepted, p.accepted64, b);
+    if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
+    else if (!tree_commit) n = int(acc);
+  }
+
+  // ---- the state tile: every load issued now, consumed after the token prologue ----
+  float2 S[kSegLen];
+  const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
+                      int64_t(seg * kSegLen) * kHeadV + col;
+  if (live && n > 0) {
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) {
+      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
+      S[r] = kVerify ? __ldg(src) : *src;  // verify never writes the pool: read-only path
+    }
+  }
+
+  // ---- tree structure (thread 0, serially, as the reference validates it) ----
+  // Tree verify: n becomes the number of leading nodes in valid depth-first order (the host has
+  // validated them all unless it could not look). Tree commit: n becomes the accepted path's length
+  // (0 when any of the T parents is invalid: nothing is written). Contains two block barriers:
+  // called by every thread or none.
+  auto tree_structure = [&]() {
+    for (int i = tid; i < T_; i += kThreads) {
+      const int64_t v = load_index(p.parents, p.parents64, int64_t(b) * T_ + i);
+      par[i] = v < -1 || v >= T_ ? -2 : int(v);  // -2: invalid whatever i is
+    }
+    __syncthreads();
+    if (tid == 0) {
+      // depth-first order: the parent is -1 or an earlier node on the current path
+      int* cur = path;  // cur[d] = node at depth d on the current path (cur[0] = -1)
+      cur[0] = -1;
+      const int m = tree_commit ? T_ : n;
+      int valid = 0, cur_depth = 0;  // cur[0..cur_depth] is the path; deeper entries are stale
+      for (int i = 0; i < m; ++i) {
+        const int pa = par[i];
+        if (pa < -1 || pa >= i) break;
+        const int dp = pa < 0 ? 0 : depth[pa];
+        if (dp > cur_depth || cur[dp] != pa) break;
+        depth[i] = cur_depth = dp + 1;
+        cur[dp + 1] = i;
+        valid = i + 1;
+      }
+      if (tree_commit) {
+        int cnt = 0;
+        if (valid == T_) {  // the whole tree is valid: the path root..acc, in order
+          for (int x = int(acc); x >= 0; x = par[x]) ++cnt;
+          int j = cnt;
+          for (int x = int(acc); x >= 0; x = par[x]) order[--j] = x;
+        }
+        info[0] = cnt;
+      } else {
+        info[0] = valid;
+      }
+    }
+    __syncthreads();
+    n = info[0];
+  };
+  if (tree_commit && live) {  // the path decides which tokens are staged
+    tree_structure();
+    if (n == 0) live = false;
+  }
+
+  // ---- nothing to run: zero rows (verify and step), no pool access ----
+  using T2 = typename Pair<T>::type;
+  T2* out = static_cast<T2*>(p.out);
+  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
+  if (!live || n == 0) {
+    if (MODE != Mode::kCommit && seg == 0)
+      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+    return;
+  }
+
+  // ---- token prologue: stage k (and q) as fp32, v of our columns, decay and beta ----
+  const T* qg = static_cast<const T*>(p.q);
+  const T* kg = static_cast<const T*>(p.k);
+  const T* vg = static_cast<const T*>(p.v);
+  auto token_of = [&](int j) { return tree_commit ? order[j] : j; };
+  {
+    // k/q: n * kKinds vectors of 16 chunks of 8 elements; chunk c -> segment c / 4, offset 8 (c % 4)
+    const int chunks = n * kKinds * 16;
+    for (int w = tid; w < chunks; w += kThreads) {
+      const int vec = w >> 4, c = w & 15;
+      const int j = vec / kKinds, kind = vec % kKinds;
+      const int t = token_of(j);
+      const T* src = kind == 0 ? kg + int64_t(b) * p.k_sb + int64_t(t) * p.k_st + int64_t(hq) * p.k_sh
+                               : qg + int64_t(b) * p.q_sb + int64_t(t) * p.q_st + int64_t(hq) * p.q_sh;
+      float e[8];
+      load8<T>(src + 8 * c, p.qk16, e);
+      float* dst = xs + size_t(vec) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    }
+    // v[b, t, h, cb*32 .. +31]: 4 chunks per token
+    for (int w = tid; w < n * 4; w += kThreads) {
+      const int j = w >> 2, c = w & 3;
+      const int t = token_of(j);
+      float e[8];
+      load8<T>(vg + int64_t(b) * p.v_sb + int64_t(t) * p.v_st + int64_t(h) * p.v_sh + cb * kCols + 8 * c,
+               p.v16, e);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+    }
+    // decay and beta: thread j for token j (n <= 64 = kThreads)
+    if (tid < n) {
+      const int t = token_of(tid);
+      float g, bt;
+      if (RAW) {
+        raw_gates(p, b, h, &g, &bt);
+      } else {
+        g = p.g[int64_t(b) * p.g_sb + int64_t(t) * p.g_st + h];
+        bt = load_float(p.beta, p.beta_dt, int64_t(b) * p.beta_sb + int64_t(t) * p.beta_st + h);
+      }
+      dec[tid] = decay_of(g);
+      bet[tid] = bt;
+    }
+  }
+  if (MODE == Mode::kTree) tree_structure();  // n may shrink: rows from n on are zeros
+  __syncthreads();
+
+  // ---- l2 norms in place: group of 4 lanes (one per segment) per vector, 16 vectors a round ----
+  {
+    const int nvec = n * kKinds;
+    const int group = tid >> 2;
+    for (int base = 0; base < nvec; base += kThreads / kSegs) {  // same trip count for every lane
+      const int vec = base + group;
+      const bool on = vec < nvec;
+      float* xv = xs + size_t(on ? vec : 0) * kVecFloats + seg * kSegPad;
+      float xr[kSegLen];
+#pragma unroll
+      for (int r = 0; r < kSegLen; ++r) xr[r] = xv[r];
+      float ss = mul(xr[0], xr[0]);
+#pragma unroll
+      for (int r = 1; r < kSegLen; ++r) ss = add(ss, mul(xr[r], xr[r]));
+      ss = combine_segments(ss);
+      const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss, kL2Eps)));
+      if (on) {
+        const bool is_q = kKinds == 2 && (vec % kKinds) == 1;
+#pragma unroll
+        for (int r = 0; r < kSegLen; ++r) xv[r] = is_q ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
+      }
+    }
+  }
+  __syncthreads();
+
+  if (MODE == Mode::kTree) {  // the committed tile, for rebuilding an ancestor's state
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
+  }
+  int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
+
+  // ---- the tokens ----
+  int prev = -1;
+  for (int i = 0; i < n; ++i) {
+    if (MODE == Mode::kTree) {
+      const int pa = par[i];
+      if (pa != prev) {  // rebuild the state after pa: the committed tile, then the path root..pa
+#pragma unroll
+        for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
+        const int dp = pa < 0 ? 0 : depth[pa];
+        for (int d = 1; d <= dp; ++d) {
+          const int a = wpath[d];
+          const float da = dec[a];
+          const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
+          const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) {
+            S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
+            S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
+          }
+        }
+      }
+    }
+    const float di = dec[i], bi = bet[i];
+    const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
+    const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) {
+      S[r].x = mul(S[r].x, di);
+      S[r].y = mul(S[r].y, di);
+    }
+    float ux = mul(S[0].x, kn[0]), uy = mul(S[0].y, kn[0]);
+#pragma unroll
+    for (int r = 1; r < kSegLen; ++r) {
+      ux = add(ux, mul(S[r].x, kn[r]));
+      uy = add(uy, mul(S[r].y, kn[r]));
+    }
+    ux = combine_segments(ux);
+    uy = combine_segments(uy);
+    const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+    if (MODE == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
+      __syncwarp();
+      if (seg == 0) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+      if (lane == 0) wpath[depth[i]] = i;
+      __syncwarp();
+    }
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) {
+      S[r].x = add(S[r].x, mul(kn[r], dx));
+      S[r].y = add(S[r].y, mul(kn[r], dy));
+    }
+    if (MODE != Mode::kCommit) {
+      const float* qn = kn + kVecFloats;
+      float ox = mul(S[0].x, qn[0]), oy = mul(S[0].y, qn[0]);
+#pragma unroll
+      for (int r = 1; r < kSegLen; ++r) {
+        ox = add(ox, mul(S[r].x, qn[r]));
+        oy = add(oy, mul(S[r].y, qn[r]));
+      }
+      ox = combine_segments(ox);
+      oy = combine_segments(oy);
+      if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
+    }
+    prev = i;
+  }
+
+  if (kWrites) {  // the tile, stored once
+    float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) *reinterpret_cast<float2*>(dst + r * kHeadV) = S[r];
+  }
+  if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
+    for (int i = n; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+}
+
+}  // namespace qwen38::gdn
