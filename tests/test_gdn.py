@@ -566,3 +566,207 @@ def test_cpu_tensor_names_the_argument():
     q, k, v, g, beta, pool = _cuda(*_inputs(2, 1, seed=3))
     with pytest.raises(ValueError, match=r"qwen38\.gdn_step: g is on cpu but state_pool is on cuda"):
         OPS.gdn_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0].cpu(), beta[:, 0], pool, torch.tensor([0, 1], device="cuda"))
+
+
+# ---- the kernel source on the host (CPU CI) --------------------------------------------------------
+# tests/native/gdn_host_emulation.cpp compiles csrc/gdn/gdn_kernel.cuh with the host compiler and runs
+# each CTA's 64 threads as cooperative user-space threads. It checks the kernel's indexing, staging,
+# shared-memory layout, tree replay and guards against the reference without a GPU; the arithmetic
+# is plain IEEE float (no FMA), transcendentals from the host libm.
+
+_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+EMU_HEADS = (0, 1, 23, 47)  # q/k heads 0, 0, 7, 15
+
+
+def _cuda_include():
+    import os
+    import shutil
+    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    cands.append("/usr/local/cuda")
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "include", "cuda_bf16.h")):
+            return os.path.join(c, "include")
+    return None
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    import shutil
+    import subprocess
+    inc = _cuda_include()
+    if shutil.which("g++") is None or inc is None:
+        pytest.skip("needs g++ and the CUDA headers")
+    exe = tmp_path_factory.mktemp("gdn_emu") / "gdn_host_emulation"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-I", str(_ROOT / "csrc"), "-I", inc,
+                    str(_ROOT / "tests" / "native" / "gdn_host_emulation.cpp"), "-o", str(exe)],
+                   check=True, capture_output=True)
+    return exe
+
+
+_DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch.float64: "f64"}
+
+
+def _emulate(exe, tmp_path, mode, *, q=None, k=None, v=None, g=None, beta=None, pool, slots, lengths=None,
+             parents=None, accepted=None, a=None, b=None, A_log=None, dt_bias=None, scale=ref.DEFAULT_SCALE,
+             idx64=False, vec16=True):
+    """Run the kernel source on the host; returns (out or None, pool after)."""
+    import subprocess
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ref_t = k if k is not None else q
+    tokens = 1 if mode in ("step", "step_raw") else ref_t.shape[1]
+    prm = {"mode": "step" if mode == "step_raw" else mode, "batch": ref_t.shape[0], "tokens": tokens,
+           "pool_rows": pool.shape[0], "act": _DT[ref_t.dtype], "scale": repr(float(torch.tensor(scale).float())),
+           "idx64": int(idx64), "vec16": int(vec16), "raw": int(mode == "step_raw"),
+           "heads": ",".join(map(str, EMU_HEADS))}
+    tensors = dict(q=q, k=k, v=v, g=g, beta=beta, pool=pool, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
+                   slots=slots, lengths=lengths, parents=parents, accepted=accepted)
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        t = t.contiguous()
+        if name in ("slots", "lengths", "parents", "accepted"):
+            t = t.to(torch.int64 if idx64 else torch.int32)
+        else:
+            prm[{"beta": "beta_dt", "a": "a_dt", "b": "b_dt", "A_log": "alog_dt", "dt_bias": "dtb_dt"}.get(name, "_")] = \
+                _DT[t.dtype]
+        raw = t.view(torch.int16) if t.element_size() == 2 else t
+        (tmp_path / f"{name}.bin").write_bytes(raw.numpy().tobytes())
+        prm[name] = f"{name}.bin"
+    (tmp_path / "params.txt").write_text("".join(f"{kk} {vv}\n" for kk, vv in prm.items()))
+    subprocess.run([str(exe), str(tmp_path)], check=True, capture_output=True, timeout=600)
+    pool_out = torch.frombuffer(bytearray((tmp_path / "pool_out.bin").read_bytes()), dtype=torch.float32)
+    pool_out = pool_out.view(pool.shape)
+    out = None
+    if mode != "commit":
+        o = torch.frombuffer(bytearray((tmp_path / "out.bin").read_bytes()), dtype=torch.int16)
+        shape = (ref_t.shape[0], HV, DV) if tokens == 1 and mode in ("step", "step_raw") else \
+            (ref_t.shape[0], tokens, HV, DV)
+        out = o.view(ref_t.dtype).view(shape)
+    return out, pool_out
+
+
+def _check_emulated(got, want, pool_in, what):
+    """Heads EMU_HEADS of the emulated output and pool equal the reference; the other heads of the
+    pool are untouched (those CTAs did not run)."""
+    out, pool = got
+    want_out, want_pool = want
+    hs = list(EMU_HEADS)
+    if want_out is not None:
+        qt.assert_bitwise_equal(out[..., hs, :], want_out[..., hs, :], f"{what}: output (heads {hs})")
+    qt.assert_bitwise_equal(pool[:, hs], want_pool[:, hs], f"{what}: state (heads {hs})")
+    others = [h for h in range(HV) if h not in hs]
+    qt.assert_bitwise_equal(pool[:, others], pool_in[:, others], f"{what}: heads that did not run")
+
+
+def test_host_emulation_step(emulator, tmp_path):
+    for dtype, beta32, idx64, vec16 in [(torch.bfloat16, False, False, True), (torch.float16, True, True, False)]:
+        q, k, v, g, beta, pool = _inputs(3, 1, seed=201, n_slots=5, dtype=dtype, beta_fp32=beta32)
+        slots = _i([4, -1, 1])
+        args = (q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0])
+        p_ref = pool.clone()
+        o_ref = ref.gdn_step(*args, p_ref, slots, scale=0.7)
+        got = _emulate(emulator, tmp_path / f"s{idx64}", "step", q=args[0], k=args[1], v=args[2], g=args[3],
+                       beta=args[4], pool=pool.clone(), slots=slots, scale=0.7, idx64=idx64, vec16=vec16)
+        _check_emulated(got, (o_ref, p_ref), pool, f"step {dtype}")
+        assert not got[0][1, list(EMU_HEADS)].any(), "padding sequence: zeros"
+
+
+def test_host_emulation_step_raw_and_repeated_slot(emulator, tmp_path):
+    q, k, v, _, _, pool = _inputs(2, 1, seed=211, n_slots=3)
+    A_log, dt_bias = _gate_params(torch.Generator().manual_seed(3))
+    a = qt.randn_nonzero(2, HV, scale=6.0, seed=212)
+    b = qt.randn_nonzero(2, HV, dtype=torch.float32, scale=8.0, seed=213)
+    a[0, :3] = torch.tensor([25.0, -1e4, 20.0]).to(a.dtype)
+    p_ref = pool.clone()
+    o_ref = ref.gdn_step_raw(q[:, 0], k[:, 0], v[:, 0], a, b, A_log, dt_bias.double(), p_ref, _i([2, 0]))
+    got = _emulate(emulator, tmp_path / "raw", "step_raw", q=q[:, 0], k=k[:, 0], v=v[:, 0], a=a, b=b, A_log=A_log,
+                   dt_bias=dt_bias.double(), pool=pool.clone(), slots=_i([2, 0]))
+    _check_emulated(got, (o_ref, p_ref), pool, "raw-gate step")
+    # a repeated slot (no host check): the first sequence writes, the output of the second is its
+    # step from the same loaded state
+    p_ref = pool.clone()
+    ref.gdn_step_raw(q[:1, 0], k[:1, 0], v[:1, 0], a[:1], b[:1], A_log, dt_bias, p_ref, _i([1]))
+    _, p_got = _emulate(emulator, tmp_path / "dup", "step_raw", q=q[:, 0], k=k[:, 0], v=v[:, 0], a=a, b=b,
+                        A_log=A_log, dt_bias=dt_bias, pool=pool.clone(), slots=_i([1, 1]))
+    hs = list(EMU_HEADS)
+    qt.assert_bitwise_equal(p_got[:, hs], p_ref[:, hs], "repeated slot written once, by the first sequence")
+
+
+def test_host_emulation_chain_and_commit(emulator, tmp_path):
+    q, k, v, g, beta, pool = _inputs(3, 7, seed=221, n_slots=4)
+    slots, lengths = _i([3, 3, -1]), _i([7, 4, 2])
+    o_ref = ref.gdn_chain_verify(q, k, v, g, beta, pool, slots, lengths)
+    got = _emulate(emulator, tmp_path / "chain", "chain", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                   slots=slots, lengths=lengths)
+    _check_emulated(got, (o_ref, pool), pool, "chain verify")
+    slots, acc = _i([3, 0, -1]), _i([7, 3, 5])
+    p_ref = pool.clone()
+    ref.gdn_commit(k, v, g, beta, p_ref, slots, acc)
+    got = _emulate(emulator, tmp_path / "commit", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                   slots=slots, accepted=acc, idx64=True)
+    _check_emulated(got, (None, p_ref), pool, "chain commit")
+
+
+def test_host_emulation_tree_and_commit(emulator, tmp_path):
+    trees = [[-1, 0, 1, 1, -1, 4, 5, 5, 4, 4, 9, 10], [-1, -1, 1, 2, 2, 1, -1]]
+    t = 12
+    q, k, v, g, beta, pool = _inputs(2, t, seed=231, n_slots=3)
+    parents, lengths, slots = _pad_parents(trees, t), _i([12, 7]), _i([1, 2])
+    o_ref = ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+    got = _emulate(emulator, tmp_path / "tree", "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                   slots=slots, parents=parents, lengths=lengths)
+    _check_emulated(got, (o_ref, pool), pool, "tree verify")
+    acc = _i([11, 4])
+    p_ref = pool.clone()
+    ref.gdn_commit(k, v, g, beta, p_ref, slots, acc, parents)
+    got = _emulate(emulator, tmp_path / "tcommit", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                   slots=slots, accepted=acc, parents=parents)
+    _check_emulated(got, (None, p_ref), pool, "tree commit")
+    # invalid order (node 3's parent in a finished branch): rows from node 3 are zeros, no commit
+    bad = _i([[-1, 0, -1, 1] + [-1] * 8, [-1] * 12])
+    out, p_out = _emulate(emulator, tmp_path / "bad", "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                          slots=slots, parents=bad, lengths=_i([12, 2]))
+    want = ref.gdn_tree_verify(q[:1, :3], k[:1, :3], v[:1, :3], g[:1, :3], beta[:1, :3], pool, slots[:1],
+                               bad[:1, :3])
+    hs = list(EMU_HEADS)
+    qt.assert_bitwise_equal(out[:1, :3][..., hs, :], want[..., hs, :], "nodes before the bad one")
+    assert not out[0, 3:][:, hs].any()
+    _, p_out = _emulate(emulator, tmp_path / "badc", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                        slots=slots, accepted=_i([2, 0]), parents=bad)
+    qt.assert_bitwise_equal(p_out[1:2, hs], pool[1:2, hs], "commit of an invalid tree writes nothing")
+
+
+def test_host_emulation_64_nodes(emulator, tmp_path):
+    """The largest tree (the 99 KB shared-memory layout): 64 nodes, alternating children of the
+    committed state and of the previous node (a rebuild at every other node)."""
+    par = [[-1 if i % 2 == 0 else i - 1 for i in range(64)]]
+    q, k, v, g, beta, pool = _inputs(1, 64, seed=241, n_slots=2)
+    parents, slots = _pad_parents(par, 64), _i([1])
+    o_ref = ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents)
+    got = _emulate(emulator, tmp_path, "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
+                   parents=parents)
+    _check_emulated(got, (o_ref, pool), pool, "64-node tree verify")
+
+
+@settings(max_examples=4, deadline=None)
+@given(trees=st.lists(dfs_trees(max_nodes=20), min_size=1, max_size=2), data=st.data())
+def test_host_emulation_tree_fuzz(emulator, tmp_path_factory, trees, data):
+    """Random trees through the kernel source: verify and commit."""
+    batch, t = len(trees), max(len(p) for p in trees)
+    q, k, v, g, beta, pool = _inputs(batch, t, seed=len(trees[0]) + 7 * t, n_slots=3)
+    slots = torch.tensor(data.draw(st.permutations(range(3)), label="slots")[:batch])
+    parents, lengths = _pad_parents(trees, t), torch.tensor([len(p) for p in trees])
+    tmp = tmp_path_factory.mktemp("fuzz")
+    o_ref = ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+    got = _emulate(emulator, tmp / "v", "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
+                   parents=parents, lengths=lengths)
+    _check_emulated(got, (o_ref, pool), pool, f"tree verify {trees}")
+    acc = torch.tensor([data.draw(st.integers(-1, len(p) - 1), label="accepted") for p in trees])
+    p_ref = pool.clone()
+    ref.gdn_commit(k, v, g, beta, p_ref, slots, acc, parents)
+    got = _emulate(emulator, tmp / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
+                   accepted=acc, parents=parents)
+    _check_emulated(got, (None, p_ref), pool, f"tree commit {trees} accepted {acc.tolist()}")
