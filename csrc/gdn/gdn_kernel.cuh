@@ -370,11 +370,19 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
 
   // ---- the tokens ----
-  int prev = -1;
+  // S holds the state after node `cur` (-1: the committed state). Node i starts from its parent's
+  // state; its own state S' = S * d_i + kn_i delta_i is formed element by element in one pass that
+  // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
+  // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
+  // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
+  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
+  int cur = -1;
+  bool have_u = false;     // (ux, uy): the segment partials of u for node i, already summed
+  float ux = 0.f, uy = 0.f;
   for (int i = 0; i < n; ++i) {
     if (MODE == Mode::kTree) {
       const int pa = par[i];
-      if (pa != prev) {  // rebuild the state after pa: the committed tile, then the path root..pa
+      if (pa != cur) {  // rebuild the state after pa: the committed tile, then the path root..pa
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
         const int dp = pa < 0 ? 0 : depth[pa];
@@ -389,49 +397,62 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
             S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
           }
         }
+        cur = pa;
+        have_u = false;
       }
     }
     const float di = dec[i], bi = bet[i];
     const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
-    const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
+    if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+      ux = mul(mul(S[0].x, di), kn[0]);
+      uy = mul(mul(S[0].y, di), kn[0]);
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) {
-      S[r].x = mul(S[r].x, di);
-      S[r].y = mul(S[r].y, di);
-    }
-    float ux = mul(S[0].x, kn[0]), uy = mul(S[0].y, kn[0]);
-#pragma unroll
-    for (int r = 1; r < kSegLen; ++r) {
-      ux = add(ux, mul(S[r].x, kn[r]));
-      uy = add(uy, mul(S[r].y, kn[r]));
+      for (int r = 1; r < kSegLen; ++r) {
+        ux = add(ux, mul(mul(S[r].x, di), kn[r]));
+        uy = add(uy, mul(mul(S[r].y, di), kn[r]));
+      }
     }
     ux = combine_segments(ux);
     uy = combine_segments(uy);
+    const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
     const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+    // the node that continues from S' (its child), or none
+    const int next = i + 1 < n && (MODE != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+    const bool keep = MODE != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
     if (MODE == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
       __syncwarp();
-      if (seg == 0) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+      if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
       if (lane == 0) wpath[depth[i]] = i;
       __syncwarp();
     }
+    constexpr bool kOut = MODE != Mode::kCommit;
+    const float* qn = kn + kVecFloats;  // (kOut only)
+    const float dn = next >= 0 ? dec[next] : 0.f;
+    const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
+    float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) {
-      S[r].x = add(S[r].x, mul(kn[r], dx));
-      S[r].y = add(S[r].y, mul(kn[r], dy));
-    }
-    if (MODE != Mode::kCommit) {
-      const float* qn = kn + kVecFloats;
-      float ox = mul(S[0].x, qn[0]), oy = mul(S[0].y, qn[0]);
-#pragma unroll
-      for (int r = 1; r < kSegLen; ++r) {
-        ox = add(ox, mul(S[r].x, qn[r]));
-        oy = add(oy, mul(S[r].y, qn[r]));
+      const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
+      const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
+      if (kOut) {
+        ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
+        oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
       }
+      if (next >= 0) {
+        nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
+        ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
+      }
+      if (keep) S[r] = make_float2(sx, sy);
+    }
+    if (kOut) {
       ox = combine_segments(ox);
       oy = combine_segments(oy);
       if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
     }
-    prev = i;
+    if (keep) cur = i;
+    have_u = next >= 0;
+    ux = nx;
+    uy = ny;
   }
 
   if (kWrites) {  // the tile, stored once
