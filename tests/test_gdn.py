@@ -770,3 +770,42 @@ def test_host_emulation_tree_fuzz(emulator, tmp_path_factory, trees, data):
     got = _emulate(emulator, tmp / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
                    accepted=acc, parents=parents)
     _check_emulated(got, (None, p_ref), pool, f"tree commit {trees} accepted {acc.tolist()}")
+
+
+def _first_invalid(par):
+    """Index of the first node out of depth-first order (len(par) when none), as the reference rules."""
+    depth, path = {}, [-1]
+    for i, p in enumerate(par):
+        if p < -1 or p >= i:
+            return i
+        dp = 0 if p < 0 else depth[p]
+        if dp >= len(path) or path[dp] != p:
+            return i
+        depth[i] = dp + 1
+        del path[dp + 1:]
+        path.append(i)
+    return len(par)
+
+
+def test_host_emulation_invalid_trees(emulator, tmp_path):
+    """Parents out of range, not earlier, off the current path, in a finished branch: the kernel runs
+    the valid prefix (the reference's bits), zeros after it, and a commit of such a tree writes
+    nothing (what happens on CUDA when the host check is off or impossible, e.g. in a graph)."""
+    cases = [[-1, 0, 1, 5, 3, 4], [-1, 0, -3, 2, 3, 4], [-1, 0, 1, 99, 0, 0], [-1, 0, 1, 0, 2, 4],
+             [-1, 0, 1, -1, 3, 1], [-1, -1, 0, 1, 1, 1]]
+    q, k, v, g, beta, pool = _inputs(len(cases), 6, seed=251, n_slots=len(cases))
+    slots = torch.arange(len(cases))
+    parents = torch.tensor(cases, dtype=torch.int64)
+    out, _ = _emulate(emulator, tmp_path / "v", "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                      slots=slots, parents=parents, idx64=True)
+    hs = list(EMU_HEADS)
+    for b, par in enumerate(cases):
+        nv = _first_invalid(par)
+        assert nv < 6, f"case {par} is meant to be invalid"
+        want = ref.gdn_tree_verify(q[b:b + 1, :nv], k[b:b + 1, :nv], v[b:b + 1, :nv], g[b:b + 1, :nv],
+                                   beta[b:b + 1, :nv], pool, slots[b:b + 1], parents[b:b + 1, :nv])
+        qt.assert_bitwise_equal(out[b:b + 1, :nv][..., hs, :], want[..., hs, :], f"valid prefix of {par}")
+        assert not out[b, nv:][:, hs].any(), f"rows from the first invalid node of {par}"
+    _, p_out = _emulate(emulator, tmp_path / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                        slots=slots, accepted=torch.full((len(cases),), 1), parents=parents, idx64=True)
+    qt.assert_bitwise_equal(p_out, pool, "commits of invalid trees")

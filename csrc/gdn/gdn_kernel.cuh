@@ -235,46 +235,57 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     }
   }
 
-  // ---- tree structure (thread 0, serially, as the reference validates it) ----
-  // Tree verify: n becomes the number of leading nodes in valid depth-first order (the host has
-  // validated them all unless it could not look). Tree commit: n becomes the accepted path's length
-  // (0 when any of the T parents is invalid: nothing is written). Contains two block barriers:
-  // called by every thread or none.
+  // ---- tree structure: validation, depths, the accepted path ----
+  // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
+  // before it (the current path is exactly that node's ancestor chain). Each thread checks its
+  // nodes by walking up from node i - 1 while above p, and counts node i's ancestors (its depth);
+  // both walks follow parent links that strictly decrease, so they end even on invalid input.
+  // Tree verify: n becomes the number of leading valid nodes (the host has validated them all
+  // unless it could not look). Tree commit: n becomes the accepted path's length, 0 (nothing is
+  // written) when any of the T parents is invalid. Contains block barriers: every thread calls it.
   auto tree_structure = [&]() {
     for (int i = tid; i < T_; i += kThreads) {
       const int64_t v = load_index(p.parents, p.parents64, int64_t(b) * T_ + i);
       par[i] = v < -1 || v >= T_ ? -2 : int(v);  // -2: invalid whatever i is
     }
+    if (tid == 0) info[0] = T_;  // the first invalid node (T_: none)
     __syncthreads();
-    if (tid == 0) {
-      // depth-first order: the parent is -1 or an earlier node on the current path
-      int* cur = path;  // cur[d] = node at depth d on the current path (cur[0] = -1)
-      cur[0] = -1;
-      const int m = tree_commit ? T_ : n;
-      int valid = 0, cur_depth = 0;  // cur[0..cur_depth] is the path; deeper entries are stale
-      for (int i = 0; i < m; ++i) {
-        const int pa = par[i];
-        if (pa < -1 || pa >= i) break;
-        const int dp = pa < 0 ? 0 : depth[pa];
-        if (dp > cur_depth || cur[dp] != pa) break;
-        depth[i] = cur_depth = dp + 1;
-        cur[dp + 1] = i;
-        valid = i + 1;
-      }
-      if (tree_commit) {
-        int cnt = 0;
-        if (valid == T_) {  // the whole tree is valid: the path root..acc, in order
-          for (int x = int(acc); x >= 0; x = par[x]) ++cnt;
-          int j = cnt;
-          for (int x = int(acc); x >= 0; x = par[x]) order[--j] = x;
+    const int m = tree_commit ? T_ : n;
+    for (int i = tid; i < m; i += kThreads) {
+      const int pa = par[i];
+      bool ok = pa >= -1 && pa < i;
+      if (ok && pa >= 0) {
+        int x = i - 1;
+        while (x > pa) {
+          const int up = par[x];
+          if (up < -1 || up >= x) break;
+          x = up;
         }
-        info[0] = cnt;
-      } else {
-        info[0] = valid;
+        ok = x == pa;
       }
+      int d = 0;
+      for (int x = i; ok && x >= 0; ++d) {
+        const int up = par[x];
+        if (up < -1 || up >= x) ok = false;
+        x = up;
+      }
+      depth[i] = d;
+      if (!ok) atomicMin(&info[0], i);
     }
     __syncthreads();
-    n = info[0];
+    const int valid = info[0];
+    if (!tree_commit) {
+      n = valid < n ? valid : n;
+      return;
+    }
+    if (tid == 0) {  // the path root..acc, in order (none unless the whole tree is valid)
+      const int cnt = valid == T_ && acc >= 0 ? depth[acc] : 0;
+      int x = int(acc);
+      for (int j = cnt - 1; j >= 0; --j, x = par[x]) order[j] = x;
+      info[1] = cnt;
+    }
+    __syncthreads();
+    n = info[1];
   };
   if (tree_commit && live) {  // the path decides which tokens are staged
     tree_structure();

@@ -125,6 +125,11 @@ inline int __syncthreads_or(int pred) {
   emu::barrier();
   return any;
 }
+inline int atomicMin(int* addr, int v) {  // one emulated thread runs at a time
+  const int old = *addr;
+  if (v < old) *addr = v;
+  return old;
+}
 inline float __shfl_xor_sync(unsigned, float v, int m) {
   const int t = emu::g_cur;
   emu::g_xchg[t] = v;
