@@ -34,11 +34,17 @@
 // computed for every token up front into shared memory, while the tile loads are in flight; the
 // loop over tokens then touches registers and shared memory only. A tree node's state is its
 // parent's state plus its own update. In depth-first order the parent p of node i is the previous
-// node or an ancestor of it; when it is not the previous node, the state after p is rebuilt from
-// the committed tile (kept in shared memory) by replaying the path root..p with the stored
-// per-node decay and delta:  S = S * d_a + kn_a * delta_a  - the step's own two roundings, with
-// the very operands the step used, so the replayed state is bit-identical to the stepped one.
-// A per-warp array holds the current path (the last node visited at each depth).
+// node or an ancestor of it. A leaf (no child follows it) is evaluated without overwriting the
+// parent's state in registers, so its siblings start from it directly. Otherwise, when the parent
+// is not the state held, the state after p is rebuilt from the committed tile (kept in shared
+// memory) by replaying the path root..p with the stored per-node decay and delta:
+// S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
+// used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
+// current path (the last node visited at each depth). Per node, the new state, the output sum and
+// the next node's u sum (when the next node is its child) are formed in one pass over the rows.
+//
+// Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
+// runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
 //
 // Commit: replays the accepted tokens (chain prefix, or the tree path root..accepted) with the full
 // step arithmetic (u and delta recomputed from the verify's k, v, g, beta) and stores the tile.
