@@ -216,7 +216,8 @@ def test_parent_in_a_finished_branch_is_refused(device):
         with knobs.override(QWEN38_GDN_CHECK_INDICES="0"):
             out = OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, par)
             OPS.gdn_commit(k, v, g, beta, pool, slots, torch.tensor([0], device=device), par)
-        want = OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, par[:, :3].contiguous())
+        want = OPS.gdn_tree_verify(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3], pool, slots,
+                                   par[:, :3].contiguous())
         qt.assert_bitwise_equal(out[:, :3], want, "nodes before the bad one")
         assert not out[:, 3].any()
         qt.assert_bitwise_equal(pool, before, "pool after a commit of an invalid tree (no host check)")
@@ -379,9 +380,11 @@ def test_tree_nodes_equal_cuda_steps_along_their_paths():
 
 @GPU
 def test_star_and_deep_chain_trees():
-    """64 children of the committed state (a rebuild before every node) and a 64-deep chain (none)."""
+    """64 children of the committed state (64 leaves evaluated from the committed state), a 64-deep
+    chain, and 32 pairs (a rebuild from the committed tile before every pair)."""
     q, k, v, g, beta, pool = _inputs(1, 64, seed=81)
-    for par in (torch.full((1, 64), -1), torch.arange(-1, 63)[None]):
+    pairs = torch.tensor([[-1 if i % 2 == 0 else i - 1 for i in range(64)]])
+    for par in (torch.full((1, 64), -1), torch.arange(-1, 63)[None], pairs):
         _compare("gdn_tree_verify", (q, k, v, g, beta, pool, _i([0]), par), what=f"parents {par[0, :3].tolist()}..")
         _compare("gdn_commit", (k, v, g, beta, pool, _i([0]), _i([63]), par), what="commit node 63")
 
@@ -535,11 +538,12 @@ def test_bad_index_values_without_the_host_check_write_nothing():
     """QWEN38_GDN_CHECK_INDICES=0 (as under graph capture): bad index values raise nothing, but the
     kernels write no pool row out of range, write a repeated slot once, and never write garbage."""
     pool, cases = _bad_cases("cuda")
-    before = pool.clone()
+    start = pool.clone()
     with knobs.override(QWEN38_GDN_CHECK_INDICES="0"):
         for name, fn, kw, _, is_value in cases:
             if not is_value or "duplicate" in name:
                 continue
+            before = pool.clone()
             out = fn(**kw)
             torch.cuda.synchronize()
             if out is not None:
@@ -548,6 +552,7 @@ def test_bad_index_values_without_the_host_check_write_nothing():
                 continue  # a valid sequence of the call may legitimately update its row
             qt.assert_bitwise_equal(pool, before, f"case {name}: a verify wrote the pool")
         # out-of-range slots: the other sequence's row is updated, nothing else
+        before = start
         q, k, v, g, beta, _ = _cuda(*_inputs(2, 1, seed=29))
         p = before.clone()
         o = OPS.gdn_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], p, torch.tensor([9, 1], device="cuda"))
