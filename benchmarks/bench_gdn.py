@@ -8,6 +8,8 @@ Shapes: one Qwen3.8-27B GDN layer (16 q/k heads, 48 v heads, 128 x 128 fp32 stat
   gdn_tree_verify   1 sequence x N nodes, depth 8           (M = N): a spine of 8 nodes with the
                     other nodes hung as leaves and short branches along it (many ancestor rebuilds)
   gdn_commit        B sequences, 8 accepted chain tokens    (M = B)
+  gdn_commit_verify 1 sequence: the pending commit of 8 tokens folded into a T-token chain verify
+                    (M = T); "qwen38 commit + verify" is QWEN38_COMMIT_IN_VERIFY=0 (two launches)
 Providers:
   qwen38        the op (torch.ops.qwen38.*), programmatic dependent launch on
   qwen38 PDL off the same op with QWEN38_PDL=0
@@ -31,6 +33,7 @@ from typing import Callable
 
 import torch
 
+import qwen38_kernels as q38
 from qwen38_kernels import bench, knobs
 
 OPS = torch.ops.qwen38
@@ -44,7 +47,8 @@ STEP_B = (1, 2, 4, 8, 16, 32)
 CHAIN_T = (1, 2, 4, 8, 16)
 TREE_N = (8, 16, 32, 64)
 COMMIT_B = (1, 8)
-QUICK = dict(step=(1, 8), chain=(4, 16), tree=(32,), commit=(1, 8))
+ROUND_T = (4, 16)
+QUICK = dict(step=(1, 8), chain=(4, 16), tree=(32,), commit=(1, 8), round=(16,))
 
 
 def _act_bytes(b: int, t: int, with_q: bool = True) -> int:
@@ -154,7 +158,7 @@ def _fla_args(q, k, v, g, beta, pool, *rest):
 
 
 def cases(quick: bool) -> list[Case]:
-    sel = QUICK if quick else dict(step=STEP_B, chain=CHAIN_T, tree=TREE_N, commit=COMMIT_B)
+    sel = QUICK if quick else dict(step=STEP_B, chain=CHAIN_T, tree=TREE_N, commit=COMMIT_B, round=ROUND_T)
     fla = _fla()
     out = []
     for b in sel["step"]:
@@ -195,6 +199,22 @@ def cases(quick: bool) -> list[Case]:
         nbytes = 2 * b * STATE + _act_bytes(b, 8, with_q=False)
         out.append(Case("gdn_commit", "B sequences x 8 accepted tokens", b, make, nbytes,
                         b * STATE + _act_bytes(b, 8, with_q=False), {"qwen38": commit, "qwen38 PDL off": _no_pdl(commit)}))
+    for t in sel["round"]:
+        def make(i, t=t):
+            _, ck, cv_, cg, cbeta = _tokens(1, 8)
+            return (ck, cv_, cg, cbeta, torch.full((1,), 8, device="cuda", dtype=torch.int32), *_tokens(1, t),
+                    _pool(1), torch.zeros(1, device="cuda", dtype=torch.int32))
+
+        def fused(ck, cv_, cg, cbeta, acc, q, k, v, g, beta, pool, s):
+            return q38.gdn_commit_verify(ck, cv_, cg, cbeta, acc, None, q, k, v, g, beta, pool, s)
+
+        def separate(*args):
+            with knobs.override(QWEN38_COMMIT_IN_VERIFY="0"):
+                return fused(*args)
+        nbytes = 2 * STATE + _act_bytes(1, 8, with_q=False) + _act_bytes(1, t) + t * HV * DV * ES
+        out.append(Case("gdn_commit_verify", "1 sequence: commit 8 + chain verify T", t, make, nbytes,
+                        STATE + _act_bytes(1, 8, with_q=False) + _act_bytes(1, t),
+                        {"qwen38": fused, "qwen38 commit + verify": separate}))
     return out
 
 
@@ -207,7 +227,13 @@ def _round_summary(records: list[bench.Record]) -> dict:
     if v is None or c is None:
         return {}
     state_bytes = GDN_LAYERS * (STATE + 2 * STATE)  # verify reads; commit reads + writes
-    return {
+    fused = us("gdn_commit_verify", 16)
+    extra = {} if fused is None else {
+        "round_H200_us_commit_in_verify": round(GDN_LAYERS * fused, 1),
+        "round_state_bytes_commit_in_verify": GDN_LAYERS * 2 * STATE,
+        "round_GB10_projection_us_commit_in_verify": round(GDN_LAYERS * 2 * STATE / GB10_GBPS / 1e3, 1),
+    }
+    return {**extra,
         "round_H200_us": round(GDN_LAYERS * (v + c), 1),
         "round_state_bytes": state_bytes,
         "round_GB10_projection_us": round(state_bytes / GB10_GBPS / 1e3, 1),
@@ -277,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     return bench.bench_main("gdn", lambda quick: run(quick=quick, out_dir=out_dir),
                             description=__doc__.split("\n\n")[0],
-                            quick_help="step B 1, 8; chain T 4, 16; tree 32 nodes; commit B 1, 8",
+                            quick_help="step B 1, 8; chain T 4, 16; tree 32 nodes; commit B 1, 8; round T 16",
                             results_root=results_root, argv=argv)
 
 

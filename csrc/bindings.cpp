@@ -61,6 +61,12 @@ TORCH_LIBRARY(qwen38, m) {
   // accepted [B] = deepest accepted node in [-1, T). The rows end as stepping would leave them.
   m.def("gdn_commit(Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, Tensor slots, "
         "Tensor accepted, Tensor? parents=None) -> ()");
+  // The pending commit folded into the next verify: gdn_commit(c_k, c_v, c_g, c_beta, state_pool,
+  // slots, c_accepted, c_parents), then the chain verify (parents None) or the tree verify of
+  // q..beta from the committed state, one kernel: each tile read once and written once.
+  m.def("gdn_commit_verify(Tensor c_k, Tensor c_v, Tensor c_g, Tensor c_beta, Tensor c_accepted, "
+        "Tensor? c_parents, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, "
+        "Tensor slots, Tensor? parents=None, Tensor? lengths=None, *, float? scale=None) -> Tensor");
 }
 
 namespace {

@@ -25,10 +25,10 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 from . import knobs, reference  # noqa: E402
 from . import formats, nn  # noqa: E402
-from .ops import (add_rms_norm, fp8_block_linear, gdn_chain_verify, gdn_commit, gdn_step,  # noqa: E402
-                  gdn_step_raw, gdn_tree_verify, nvfp4_linear, rms_norm, rms_norm_gated)
+from .ops import (add_rms_norm, fp8_block_linear, gdn_chain_verify, gdn_commit, gdn_commit_verify,  # noqa: E402
+                  gdn_step, gdn_step_raw, gdn_tree_verify, nvfp4_linear, rms_norm, rms_norm_gated)
 from ._info import check, info  # noqa: E402
 
 __all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "nvfp4_linear", "fp8_block_linear", "gdn_step",
-           "gdn_step_raw", "gdn_chain_verify", "gdn_tree_verify", "gdn_commit", "formats", "nn", "info", "check",
+           "gdn_step_raw", "gdn_chain_verify", "gdn_tree_verify", "gdn_commit", "gdn_commit_verify", "formats", "nn", "info", "check",
            "knobs", "reference", "__version__"]

@@ -25,6 +25,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "1: kernels launch with programmatic dependent launch (sm_90+): a kernel is scheduled while "
          "its predecessor finishes and waits (griddepcontrol.wait) before touching memory, hiding "
          "launch latency between back-to-back kernels; 0: plain stream-ordered launches. Same bits."),
+    Knob("QWEN38_COMMIT_IN_VERIFY", "1",
+         "1: qwen38_kernels.gdn_commit_verify runs the pending GDN commit and the next verify as one kernel "
+         "(each state tile read once and written once per round); 0: gdn_commit then the verify op, two "
+         "launches (a tile read twice, written once). Same bits."),
     Knob("QWEN38_GDN_CHECK_INDICES", "1",
          "1: an eager call of a CUDA GDN op copies its index tensors (slots, lengths, parents, accepted) "
          "to the host and validates them as the reference does, raising ValueError naming the argument "

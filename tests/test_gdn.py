@@ -101,7 +101,7 @@ def _path_to(parents, node):
 def test_schemas_declare_what_they_write():
     """gdn_step / gdn_step_raw / gdn_commit write state_pool (Tensor(a!)); the verifies write nothing."""
     for name, writes in [("gdn_step", True), ("gdn_step_raw", True), ("gdn_commit", True),
-                         ("gdn_chain_verify", False), ("gdn_tree_verify", False)]:
+                         ("gdn_commit_verify", True), ("gdn_chain_verify", False), ("gdn_tree_verify", False)]:
         schema = getattr(OPS, name).default._schema
         written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         assert written == (["state_pool"] if writes else []), f"{name}: writes {written}"
@@ -110,7 +110,7 @@ def test_schemas_declare_what_they_write():
 
 
 def test_exported():
-    for name in ref.__all__[:6]:
+    for name in ref.__all__[:7]:
         if name != "gdn_gates":
             assert callable(getattr(q38, name)), name
 
@@ -151,6 +151,10 @@ def _opcheck_cases(device):
         (OPS.gdn_tree_verify.default, (q, k, v, g, beta, pool, slots, _i([[-1, 0, -1]] * 2).to(dev)), {}),
         (OPS.gdn_commit.default, (k, v, g, beta, pool, slots, _i([1, 2]).to(dev), _i([[-1, 0, 0]] * 2).to(dev)), {}),
         (OPS.gdn_commit.default, (k, v, g, beta, pool, slots, _i([3, 0]).to(dev), None), {}),
+        (OPS.gdn_commit_verify.default, (k, v, g, beta, _i([2, 1]).to(dev), _i([[-1, 0, 0]] * 2).to(dev), q, k, v, g,
+                                         beta, pool, slots, None, _i([3, 1]).to(dev)), {"scale": 0.5}),
+        (OPS.gdn_commit_verify.default, (k, v, g, beta, _i([2, 1]).to(dev), None, q, k, v, g, beta, pool, slots,
+                                         _i([[-1, 0, 0]] * 2).to(dev), None), {}),
     ]
 
 
@@ -616,7 +620,7 @@ _DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch
 
 def _emulate(exe, tmp_path, mode, *, q=None, k=None, v=None, g=None, beta=None, pool, slots, lengths=None,
              parents=None, accepted=None, a=None, b=None, A_log=None, dt_bias=None, scale=ref.DEFAULT_SCALE,
-             idx64=False, vec16=True):
+             idx64=False, vec16=True, c_k=None, c_v=None, c_g=None, c_beta=None, c_accepted=None, c_parents=None):
     """Run the kernel source on the host; returns (out or None, pool after)."""
     import subprocess
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -627,16 +631,19 @@ def _emulate(exe, tmp_path, mode, *, q=None, k=None, v=None, g=None, beta=None, 
            "idx64": int(idx64), "vec16": int(vec16), "raw": int(mode == "step_raw"),
            "heads": ",".join(map(str, EMU_HEADS))}
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, pool=pool, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
-                   slots=slots, lengths=lengths, parents=parents, accepted=accepted)
+                   slots=slots, lengths=lengths, parents=parents, accepted=accepted, c_k=c_k, c_v=c_v, c_g=c_g,
+                   c_beta=c_beta, c_accepted=c_accepted, c_parents=c_parents)
+    if c_k is not None:
+        prm["c_tokens"] = c_k.shape[1]
     for name, t in tensors.items():
         if t is None:
             continue
         t = t.contiguous()
-        if name in ("slots", "lengths", "parents", "accepted"):
+        if name in ("slots", "lengths", "parents", "accepted", "c_accepted", "c_parents"):
             t = t.to(torch.int64 if idx64 else torch.int32)
         else:
-            prm[{"beta": "beta_dt", "a": "a_dt", "b": "b_dt", "A_log": "alog_dt", "dt_bias": "dtb_dt"}.get(name, "_")] = \
-                _DT[t.dtype]
+            prm[{"beta": "beta_dt", "a": "a_dt", "b": "b_dt", "A_log": "alog_dt", "dt_bias": "dtb_dt",
+                 "c_beta": "c_beta_dt"}.get(name, "_")] = _DT[t.dtype]
         raw = t.view(torch.int16) if t.element_size() == 2 else t
         (tmp_path / f"{name}.bin").write_bytes(raw.numpy().tobytes())
         prm[name] = f"{name}.bin"
@@ -814,3 +821,109 @@ def test_host_emulation_invalid_trees(emulator, tmp_path):
     _, p_out = _emulate(emulator, tmp_path / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
                         slots=slots, accepted=torch.full((len(cases),), 1), parents=parents, idx64=True)
     qt.assert_bitwise_equal(p_out, pool, "commits of invalid trees")
+
+
+
+# ---- the commit folded into the next verify ---------------------------------------------------------
+
+def _round_inputs(seed, dtype=torch.bfloat16):
+    """Two rounds of 2 sequences: the pending commit's tokens (5 per sequence, tree parents) and the
+    next verify's (6 tokens)."""
+    ck, cv_, cg, cbeta = _inputs(2, 5, seed=seed, dtype=dtype)[1:5]
+    q, k, v, g, beta, pool = _inputs(2, 6, seed=seed + 100, dtype=dtype)
+    c_par = _i([[-1, 0, 1, 0, 3], [-1, -1, 1, 2, -1]])
+    v_par = _i([[-1, 0, 0, 2, -1, 4], [-1, 0, 1, 2, 3, 4]])
+    return (ck, cv_, cg, cbeta, c_par), (q, k, v, g, beta, v_par), pool
+
+
+def _separate(pend, ver, pool, slots, c_acc, c_tree, v_tree, lengths=None):
+    ck, cv_, cg, cbeta, c_par = pend
+    q, k, v, g, beta, v_par = ver
+    OPS.gdn_commit(ck, cv_, cg, cbeta, pool, slots, c_acc, c_par if c_tree else None)
+    if v_tree:
+        return OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, v_par, lengths)
+    return OPS.gdn_chain_verify(q, k, v, g, beta, pool, slots, lengths)
+
+
+def test_commit_verify_cpu_is_commit_then_verify():
+    pend, ver, pool = _round_inputs(301)
+    slots = _i([3, 1])
+    for c_tree, v_tree, c_acc in [(True, True, _i([4, 3])), (False, False, _i([5, 0])), (True, False, _i([-1, 2]))]:
+        p1, p2 = pool.clone(), pool.clone()
+        want = _separate(pend, ver, p1, slots, c_acc, c_tree, v_tree, _i([6, 4]))
+        got = OPS.gdn_commit_verify(*pend[:4], c_acc, pend[4] if c_tree else None, *ver[:5], p2, slots,
+                                    ver[5] if v_tree else None, _i([6, 4]))
+        qt.assert_bitwise_equal(got, want, f"output, commit tree {c_tree}, verify tree {v_tree}")
+        qt.assert_bitwise_equal(p2, p1, f"state, commit tree {c_tree}, verify tree {v_tree}")
+    # the wrapper: both knob settings, the same bits
+    outs = []
+    for on in ("1", "0"):
+        p = pool.clone()
+        with knobs.override(QWEN38_COMMIT_IN_VERIFY=on):
+            outs.append((q38.gdn_commit_verify(*pend[:4], _i([4, 3]), pend[4], *ver[:5], p, slots, ver[5]), p))
+    qt.assert_bitwise_equal(outs[0][0], outs[1][0], "QWEN38_COMMIT_IN_VERIFY 1 vs 0: output")
+    qt.assert_bitwise_equal(outs[0][1], outs[1][1], "QWEN38_COMMIT_IN_VERIFY 1 vs 0: state")
+
+
+def test_commit_verify_bad_input_writes_nothing():
+    pend, ver, pool = _round_inputs(311)
+    before = pool.clone()
+    base = dict(c_acc=_i([4, 3]), lengths=_i([6, 7]))  # lengths[1] = 7 > T: the verify is refused
+    with pytest.raises(ValueError, match=r"qwen38\.gdn_commit_verify: lengths\[1\] = 7"):
+        OPS.gdn_commit_verify(*pend[:4], base["c_acc"], pend[4], *ver[:5], pool, _i([0, 1]), ver[5], base["lengths"])
+    with pytest.raises(ValueError, match=r"qwen38\.gdn_commit: accepted\[0\] = 5"):
+        OPS.gdn_commit_verify(*pend[:4], _i([5, 0]), pend[4], *ver[:5], pool, _i([0, 1]), ver[5])
+    with pytest.raises(ValueError, match=r"qwen38\.gdn_commit_verify: slots must be distinct"):
+        OPS.gdn_commit_verify(*pend[:4], _i([1, 0]), None, *ver[:5], pool, _i([2, 2]), None)
+    qt.assert_bitwise_equal(pool, before, "a refused gdn_commit_verify wrote the pool")
+
+
+def test_host_emulation_commit_in_verify(emulator, tmp_path):
+    pend, ver, pool = _round_inputs(321)
+    slots = _i([2, 0])
+    ck, cv_, cg, cbeta, c_par = pend
+    q, k, v, g, beta, v_par = ver
+    for c_tree, v_tree, c_acc in [(True, True, _i([4, 3])), (False, False, _i([5, 2])), (False, True, _i([0, 1])),
+                                  (True, False, _i([-1, 4]))]:
+        p_ref = pool.clone()
+        want = _separate(pend, ver, p_ref, slots, c_acc, c_tree, v_tree, _i([6, 3]))
+        got = _emulate(emulator, tmp_path / f"{c_tree}{v_tree}", "tree" if v_tree else "chain", q=q, k=k, v=v, g=g,
+                       beta=beta, pool=pool.clone(), slots=slots, parents=v_par if v_tree else None,
+                       lengths=_i([6, 3]), c_k=ck, c_v=cv_, c_g=cg, c_beta=cbeta, c_accepted=c_acc,
+                       c_parents=c_par if c_tree else None)
+        _check_emulated(got, (want, p_ref), pool, f"commit in verify, commit tree {c_tree}, verify tree {v_tree}")
+
+
+@GPU
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_commit_verify_matches_reference(dtype):
+    pend, ver, pool = _round_inputs(331, dtype)
+    slots = _i([3, 1], torch.int64)
+    for c_tree, v_tree, c_acc in [(True, True, _i([4, 3])), (False, False, _i([5, 0])), (True, False, _i([-1, 2])),
+                                  (False, True, _i([2, 5]))]:
+        _compare("gdn_commit_verify", (*pend[:4], c_acc, pend[4] if c_tree else None, *ver[:5], pool, slots,
+                                       ver[5] if v_tree else None, _i([6, 4])),
+                 what=f"commit tree {c_tree}, verify tree {v_tree}")
+
+
+@GPU
+def test_commit_verify_equals_separate_on_cuda_and_graphs():
+    pend, ver, pool0 = _round_inputs(341)
+    pend, ver, pool0 = _cuda(*pend), _cuda(*ver), pool0.cuda()
+    slots = torch.tensor([0, 2], device="cuda")
+    c_acc = torch.tensor([4, 3], device="cuda")
+    outs = []
+    for on in ("1", "0"):
+        p = pool0.clone()
+        with knobs.override(QWEN38_COMMIT_IN_VERIFY=on):
+            outs.append((q38.gdn_commit_verify(*pend[:4], c_acc, pend[4], *ver[:5], p, slots, ver[5]), p))
+    qt.assert_bitwise_equal(outs[0][0], outs[1][0], "fused vs separate: output")
+    qt.assert_bitwise_equal(outs[0][1], outs[1][1], "fused vs separate: state")
+    pool = pool0.clone()
+
+    def fn():
+        pool.copy_(pool0)
+        return OPS.gdn_commit_verify(*pend[:4], c_acc, pend[4], *ver[:5], pool, slots, ver[5]), pool.clone()
+
+    qt.assert_graph_equals_eager(fn)
+    qt.assert_deterministic(fn, times=3)

@@ -182,6 +182,22 @@ std::vector<int64_t> check_parent_values(const char* op, const at::Tensor& paren
   return par;
 }
 
+// reference._accepted_paths: a chain's accepted length, or a valid tree's deepest accepted node.
+void check_accepted_values(const char* op, const at::Tensor& accepted, const std::optional<at::Tensor>& parents,
+                           int64_t batch, int64_t t) {
+  const auto acc = host_values(accepted);
+  if (!parents.has_value()) {
+    for (int64_t b = 0; b < batch; ++b)
+      TORCH_CHECK_VALUE(acc[b] >= 0 && acc[b] <= t, "qwen38.", op, ": accepted[", num(b), "] = ", num(acc[b]),
+                        " is out of range: an accepted chain length is in [0, ", num(t), "]");
+    return;
+  }
+  check_parent_values(op, *parents, std::vector<int64_t>(batch, t), batch, t);
+  for (int64_t b = 0; b < batch; ++b)
+    TORCH_CHECK_VALUE(acc[b] >= -1 && acc[b] < t, "qwen38.", op, ": accepted[", num(b), "] = ", num(acc[b]),
+                      " is out of range: an accepted node is -1 (none) or in [0, ", num(t), ")");
+}
+
 at::Tensor new_out(const at::Tensor& like, std::vector<int64_t> shape) {
   return new_output(shape, like.options());
 }
@@ -359,17 +375,7 @@ void gdn_commit_cuda(const at::Tensor& k, const at::Tensor& v, const at::Tensor&
   if (parents.has_value()) check_index(op, "parents", *parents, {batch, t}, state_pool);
   if (check_values_now()) {
     check_slot_values(op, slots, state_pool.size(0), true);
-    const auto acc = host_values(accepted);
-    if (!parents.has_value()) {
-      for (int64_t b = 0; b < batch; ++b)
-        TORCH_CHECK_VALUE(acc[b] >= 0 && acc[b] <= t, "qwen38.", op, ": accepted[", num(b), "] = ", num(acc[b]),
-                          " is out of range: an accepted chain length is in [0, ", num(t), "]");
-    } else {
-      check_parent_values(op, *parents, std::vector<int64_t>(batch, t), batch, t);
-      for (int64_t b = 0; b < batch; ++b)
-        TORCH_CHECK_VALUE(acc[b] >= -1 && acc[b] < t, "qwen38.", op, ": accepted[", num(b), "] = ", num(acc[b]),
-                          " is out of range: an accepted node is -1 (none) or in [0, ", num(t), ")");
-    }
+    check_accepted_values(op, accepted, parents, batch, t);
   }
   Params p;
   fill_acts(p, nullptr, k, v, true);
@@ -386,6 +392,81 @@ void gdn_commit_cuda(const at::Tensor& k, const at::Tensor& v, const at::Tensor&
   run(op, Mode::kCommit, p, state_pool);
 }
 
+at::Tensor gdn_commit_verify_cuda(const at::Tensor& c_k, const at::Tensor& c_v, const at::Tensor& c_g,
+                                  const at::Tensor& c_beta, const at::Tensor& c_accepted,
+                                  const std::optional<at::Tensor>& c_parents, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v, const at::Tensor& g, const at::Tensor& beta,
+                                  const at::Tensor& state_pool, const at::Tensor& slots,
+                                  const std::optional<at::Tensor>& parents, const std::optional<at::Tensor>& lengths,
+                                  std::optional<double> scale) {
+  constexpr const char* op = "gdn_commit_verify";
+  constexpr const char* cop = "gdn_commit";  // the pending commit's checks read as gdn_commit's
+  const bool tree = parents.has_value();
+  const auto bt = check_inputs(op, &q, k, v, &g, &beta, state_pool, true, tree ? kMaxTreeNodes : kMaxChainTokens);
+  const int64_t batch = bt.first, t = bt.second;
+  Params p;
+  p.scale = check_scale(op, scale);
+  check_index(op, "slots", slots, {batch}, state_pool);
+  if (lengths.has_value()) check_index(op, "lengths", *lengths, {batch}, state_pool);
+  if (tree) check_index(op, "parents", *parents, {batch, t}, state_pool);
+  const auto cbt = check_inputs(cop, nullptr, c_k, c_v, &c_g, &c_beta, state_pool, true, kMaxTreeNodes);
+  const int64_t tc = cbt.second;
+  TORCH_CHECK_VALUE(cbt.first == batch, "qwen38.", op, ": c_k has ", num(cbt.first), " sequences but q has ",
+                    num(batch), ": the pending commit and the verify are one batch");
+  TORCH_CHECK_VALUE(c_k.scalar_type() == q.scalar_type(), "qwen38.", op, ": c_k must have q's dtype ",
+                    dtype_name(q.scalar_type()), ", got ", dtype_name(c_k.scalar_type()));
+  check_index(cop, "accepted", c_accepted, {batch}, state_pool);
+  if (c_parents.has_value()) check_index(cop, "parents", *c_parents, {batch, tc}, state_pool);
+  if (check_values_now()) {
+    check_slot_values(op, slots, state_pool.size(0), true);
+    const auto lens = check_length_values(op, lengths, batch, t);
+    if (tree) check_parent_values(op, *parents, lens, batch, t);
+    check_accepted_values(cop, c_accepted, c_parents, batch, tc);
+  }
+  at::Tensor out = new_out(q, {batch, t, kVHeads, kHeadV});
+  fill_acts(p, &q, k, v, true);
+  fill_gates(p, g, beta, true);
+  fill_pool(p, state_pool, slots);
+  if (lengths.has_value()) {
+    p.lengths = lengths->data_ptr();
+    p.lengths64 = lengths->scalar_type() == at::kLong;
+  }
+  if (tree) {
+    p.parents = parents->data_ptr();
+    p.parents64 = parents->scalar_type() == at::kLong;
+  }
+  p.civ = true;
+  p.c_k = c_k.data_ptr();
+  p.c_v = c_v.data_ptr();
+  p.c_k_sb = c_k.stride(0);
+  p.c_k_st = c_k.stride(1);
+  p.c_k_sh = c_k.stride(2);
+  p.c_v_sb = c_v.stride(0);
+  p.c_v_st = c_v.stride(1);
+  p.c_v_sh = c_v.stride(2);
+  p.c_k16 = rows16(c_k);
+  p.c_v16 = rows16(c_v);
+  p.c_g = c_g.data_ptr<float>();
+  p.c_g_sb = c_g.stride(0);
+  p.c_g_st = c_g.stride(1);
+  p.c_beta = c_beta.data_ptr();
+  p.c_beta_sb = c_beta.stride(0);
+  p.c_beta_st = c_beta.stride(1);
+  p.c_beta_dt = to_dtype(c_beta.scalar_type());
+  p.c_accepted = c_accepted.data_ptr();
+  p.c_accepted64 = c_accepted.scalar_type() == at::kLong;
+  if (c_parents.has_value()) {
+    p.c_parents = c_parents->data_ptr();
+    p.c_parents64 = c_parents->scalar_type() == at::kLong;
+  }
+  p.c_tokens = int(tc);
+  p.out = out.data_ptr();
+  p.batch = int(batch);
+  p.tokens = int(t);
+  run(op, tree ? Mode::kTree : Mode::kChain, p, state_pool);
+  return out;
+}
+
 }  // namespace
 }  // namespace qwen38::gdn
 
@@ -395,4 +476,5 @@ TORCH_LIBRARY_IMPL(qwen38, CUDA, m) {
   m.impl("gdn_chain_verify", &qwen38::gdn::gdn_chain_verify_cuda);
   m.impl("gdn_tree_verify", &qwen38::gdn::gdn_tree_verify_cuda);
   m.impl("gdn_commit", &qwen38::gdn::gdn_commit_cuda);
+  m.impl("gdn_commit_verify", &qwen38::gdn::gdn_commit_verify_cuda);
 }

@@ -177,12 +177,47 @@ __device__ __forceinline__ void raw_gates(const Params& p, int b, int h, float* 
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-template <Mode MODE, typename T, bool RAW>
+// Where one batch of tokens comes from: the call's own tensors, or (the commit folded into a
+// verify) the pending commit's k, v, g, beta and parents.
+struct TokenSrc {
+  const void* q;
+  const void* k;
+  const void* v;
+  int64_t q_sb, q_st, q_sh, k_sb, k_st, k_sh, v_sb, v_st, v_sh;
+  const float* g;
+  const void* beta;
+  int64_t g_sb, g_st, beta_sb, beta_st;
+  DType beta_dt;
+  bool qk16, v16;
+  const void* parents;
+  bool parents64;
+  int tokens;
+};
+
+__device__ __forceinline__ TokenSrc main_tokens(const Params& p, int tokens) {
+  return TokenSrc{p.q, p.k, p.v, p.q_sb, p.q_st, p.q_sh, p.k_sb, p.k_st, p.k_sh, p.v_sb, p.v_st, p.v_sh,
+                  p.g, p.beta, p.g_sb, p.g_st, p.beta_sb, p.beta_st, p.beta_dt, p.qk16, p.v16,
+                  p.parents, p.parents64, tokens};
+}
+
+__device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
+  return TokenSrc{nullptr, p.c_k, p.c_v, 0, 0, 0, p.c_k_sb, p.c_k_st, p.c_k_sh, p.c_v_sb, p.c_v_st, p.c_v_sh,
+                  p.c_g, p.c_beta, p.c_g_sb, p.c_g_st, p.c_beta_sb, p.c_beta_st, p.c_beta_dt, p.c_k16, p.c_v16,
+                  p.c_parents, p.c_parents64, p.c_tokens};
+}
+
+template <Mode M> struct ModeTag { static constexpr Mode value = M; };
+
+// CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
+// runs from it: one state read and one write per round instead of a commit's read + write and the
+// verify's read. Only with MODE kChain or kTree.
+template <Mode MODE, typename T, bool RAW, bool CIV>
 __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
-  constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit;
-  constexpr int kKinds = staged_kinds(MODE);
+  constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
+  constexpr int kKinds = staged_kinds(MODE);  // layout: k and q slots per staged token
+  static_assert(!CIV || kVerify, "the commit folds into a verify only");
 
   const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -191,7 +226,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   const int col = cb * kCols + 2 * cp;       // this thread's first column (of two)
   const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
   const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
-  const int N = staged_capacity(MODE, T_);
+  const int Tc = CIV ? p.c_tokens : 0;       // the pending commit's tokens
+  const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
+  const int N = staged_capacity(MODE, Tm);
 
   float2* stash = reinterpret_cast<float2*>(smem_raw);
   float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
@@ -199,9 +236,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   float* dec = vd + size_t(N) * kCols;
   float* bet = dec + N;
   int* par = reinterpret_cast<int*>(bet + N);
-  int* depth = par + T_;
-  int* order = depth + T_;
-  int* path = order + T_;
+  int* depth = par + Tm;
+  int* order = depth + Tm;
+  int* path = order + Tm;
   int* info = path + 2 * kPathLen;
 
   pdl_wait();   // inputs may come from the previous kernel
@@ -228,16 +265,24 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
     else if (!tree_commit) n = int(acc);
   }
+  const bool c_tree = CIV && p.c_parents != nullptr;
+  int64_t c_acc = 0;
+  int nc = 0;  // pending tokens to replay
+  if (CIV) {
+    c_acc = load_index(p.c_accepted, p.c_accepted64, b);
+    if (c_tree ? (c_acc < -1 || c_acc >= Tc) : (c_acc < 0 || c_acc > Tc)) live = false;
+    else nc = c_tree ? Tc : int(c_acc);  // a tree: the path length, found below
+  }
 
   // ---- the state tile: every load issued now, consumed after the token prologue ----
   float2 S[kSegLen];
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
-  if (live && n > 0) {
+  if (live && (n > 0 || nc > 0)) {
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) {
       const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
-      S[r] = kVerify ? __ldg(src) : *src;  // verify never writes the pool: read-only path
+      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
     }
   }
 
@@ -246,17 +291,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // before it (the current path is exactly that node's ancestor chain). Each thread checks its
   // nodes by walking up from node i - 1 while above p, and counts node i's ancestors (its depth);
   // both walks follow parent links that strictly decrease, so they end even on invalid input.
-  // Tree verify: n becomes the number of leading valid nodes (the host has validated them all
-  // unless it could not look). Tree commit: n becomes the accepted path's length, 0 (nothing is
-  // written) when any of the T parents is invalid. Contains block barriers: every thread calls it.
-  auto tree_structure = [&]() {
-    for (int i = tid; i < T_; i += kThreads) {
-      const int64_t v = load_index(p.parents, p.parents64, int64_t(b) * T_ + i);
-      par[i] = v < -1 || v >= T_ ? -2 : int(v);  // -2: invalid whatever i is
+  // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
+  // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
+  // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
+  // Contains block barriers: every thread calls it.
+  auto tree_structure = [&](const void* parents, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
+    for (int i = tid; i < Tp; i += kThreads) {
+      const int64_t v = load_index(parents, parents64, int64_t(b) * Tp + i);
+      par[i] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever i is
     }
-    if (tid == 0) info[0] = T_;  // the first invalid node (T_: none)
+    if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
     __syncthreads();
-    const int m = tree_commit ? T_ : n;
     for (int i = tid; i < m; i += kThreads) {
       const int pa = par[i];
       bool ok = pa >= -1 && pa < i;
@@ -280,89 +325,74 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     }
     __syncthreads();
     const int valid = info[0];
-    if (!tree_commit) {
-      n = valid < n ? valid : n;
-      return;
-    }
-    if (tid == 0) {  // the path root..acc, in order (none unless the whole tree is valid)
-      const int cnt = valid == T_ && acc >= 0 ? depth[acc] : 0;
-      int x = int(acc);
+    if (!as_path) return valid < m ? valid : m;
+    if (tid == 0) {  // the path root..accp, in order (none unless the whole tree is valid)
+      const int cnt = valid == Tp ? (accp >= 0 ? depth[accp] : 0) : -1;
+      int x = int(accp);
       for (int j = cnt - 1; j >= 0; --j, x = par[x]) order[j] = x;
       info[1] = cnt;
     }
     __syncthreads();
-    n = info[1];
+    return info[1];
   };
-  if (tree_commit && live) {  // the path decides which tokens are staged
-    tree_structure();
-    if (n == 0) live = false;
-  }
 
-  // ---- nothing to run: zero rows (verify and step), no pool access ----
+  // ---- staging: k (and q) as fp32, v of our columns, decay and beta of n tokens ----
+  // token_of(j): the j-th staged token's index in src (a commit path's order[] or j itself).
   using T2 = typename Pair<T>::type;
-  T2* out = static_cast<T2*>(p.out);
-  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
-  if (!live || n == 0) {
-    if (MODE != Mode::kCommit && seg == 0)
-      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
-    return;
-  }
-
-  // ---- token prologue: stage k (and q) as fp32, v of our columns, decay and beta ----
-  const T* qg = static_cast<const T*>(p.q);
-  const T* kg = static_cast<const T*>(p.k);
-  const T* vg = static_cast<const T*>(p.v);
-  auto token_of = [&](int j) { return tree_commit ? order[j] : j; };
-  {
-    // k/q: n * kKinds vectors of 16 chunks of 8 elements; chunk c -> segment c / 4, offset 8 (c % 4)
-    const int chunks = n * kKinds * 16;
+  auto stage = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw) {
+    const T* qg = static_cast<const T*>(src.q);
+    const T* kg = static_cast<const T*>(src.k);
+    const T* vg = static_cast<const T*>(src.v);
+    const int kinds = with_q ? 2 : 1;
+    // k/q: nt * kinds vectors of 16 chunks of 8 elements; chunk c -> segment c / 4, offset 8 (c % 4)
+    const int chunks = nt * kinds * 16;
     for (int w = tid; w < chunks; w += kThreads) {
       const int vec = w >> 4, c = w & 15;
-      const int j = vec / kKinds, kind = vec % kKinds;
-      const int t = token_of(j);
-      const T* src = kind == 0 ? kg + int64_t(b) * p.k_sb + int64_t(t) * p.k_st + int64_t(hq) * p.k_sh
-                               : qg + int64_t(b) * p.q_sb + int64_t(t) * p.q_st + int64_t(hq) * p.q_sh;
+      const int j = vec / kinds, kind = vec % kinds;
+      const int t = use_order ? order[j] : j;
+      const T* s = kind == 0 ? kg + int64_t(b) * src.k_sb + int64_t(t) * src.k_st + int64_t(hq) * src.k_sh
+                             : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
       float e[8];
-      load8<T>(src + 8 * c, p.qk16, e);
-      float* dst = xs + size_t(vec) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+      load8<T>(s + 8 * c, src.qk16, e);
+      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
 #pragma unroll
       for (int i = 0; i < 8; ++i) dst[i] = e[i];
     }
     // v[b, t, h, cb*32 .. +31]: 4 chunks per token
-    for (int w = tid; w < n * 4; w += kThreads) {
+    for (int w = tid; w < nt * 4; w += kThreads) {
       const int j = w >> 2, c = w & 3;
-      const int t = token_of(j);
+      const int t = use_order ? order[j] : j;
       float e[8];
-      load8<T>(vg + int64_t(b) * p.v_sb + int64_t(t) * p.v_st + int64_t(h) * p.v_sh + cb * kCols + 8 * c,
-               p.v16, e);
+      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kCols + 8 * c,
+               src.v16, e);
 #pragma unroll
       for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
     }
-    // decay and beta: thread j for token j (n <= 64 = kThreads)
-    if (tid < n) {
-      const int t = token_of(tid);
+    // decay and beta: thread j for token j (nt <= 64 = kThreads)
+    if (tid < nt) {
+      const int t = use_order ? order[tid] : tid;
       float g, bt;
-      if (RAW) {
+      if (RAW && raw) {
         raw_gates(p, b, h, &g, &bt);
       } else {
-        g = p.g[int64_t(b) * p.g_sb + int64_t(t) * p.g_st + h];
-        bt = load_float(p.beta, p.beta_dt, int64_t(b) * p.beta_sb + int64_t(t) * p.beta_st + h);
+        g = src.g[int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h];
+        bt = load_float(src.beta, src.beta_dt, int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h);
       }
       dec[tid] = decay_of(g);
       bet[tid] = bt;
     }
-  }
-  if (MODE == Mode::kTree) tree_structure();  // n may shrink: rows from n on are zeros
-  __syncthreads();
+  };
 
   // ---- l2 norms in place: group of 4 lanes (one per segment) per vector, 16 vectors a round ----
-  {
-    const int nvec = n * kKinds;
+  auto normalize = [&](int nt, bool with_q) {
+    const int kinds = with_q ? 2 : 1;
+    const int nvec = nt * kinds;
     const int group = tid >> 2;
     for (int base = 0; base < nvec; base += kThreads / kSegs) {  // same trip count for every lane
       const int vec = base + group;
       const bool on = vec < nvec;
-      float* xv = xs + size_t(on ? vec : 0) * kVecFloats + seg * kSegPad;
+      const int j = vec / kinds, kind = vec % kinds;
+      float* xv = xs + (on ? size_t(j) * kKinds + kind : 0) * kVecFloats + seg * kSegPad;
       float xr[kSegLen];
 #pragma unroll
       for (int r = 0; r < kSegLen; ++r) xr[r] = xv[r];
@@ -372,111 +402,155 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       ss = combine_segments(ss);
       const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss, kL2Eps)));
       if (on) {
-        const bool is_q = kKinds == 2 && (vec % kKinds) == 1;
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) xv[r] = is_q ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
+        for (int r = 0; r < kSegLen; ++r) xv[r] = kind == 1 ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
       }
     }
-  }
-  __syncthreads();
+  };
 
-  if (MODE == Mode::kTree) {  // the committed tile, for rebuilding an ancestor's state
-#pragma unroll
-    for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
-  }
-  int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
+  T2* out = static_cast<T2*>(p.out);
+  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
 
   // ---- the tokens ----
-  // S holds the state after node `cur` (-1: the committed state). Node i starts from its parent's
+  // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
   // state; its own state S' = S * d_i + kn_i delta_i is formed element by element in one pass that
   // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
   // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
-  int cur = -1;
-  bool have_u = false;     // (ux, uy): the segment partials of u for node i, already summed
-  float ux = 0.f, uy = 0.f;
-  for (int i = 0; i < n; ++i) {
-    if (MODE == Mode::kTree) {
-      const int pa = par[i];
-      if (pa != cur) {  // rebuild the state after pa: the committed tile, then the path root..pa
+  auto run_tokens = [&](auto mode_tag, int nt) {
+    constexpr Mode PM = decltype(mode_tag)::value;
+    int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
+    int cur = -1;
+    bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
+    float ux = 0.f, uy = 0.f;
+    for (int i = 0; i < nt; ++i) {
+      if (PM == Mode::kTree) {
+        const int pa = par[i];
+        if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
-        const int dp = pa < 0 ? 0 : depth[pa];
-        for (int d = 1; d <= dp; ++d) {
-          const int a = wpath[d];
-          const float da = dec[a];
-          const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
-          const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
+          for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
+          const int dp = pa < 0 ? 0 : depth[pa];
+          for (int d = 1; d <= dp; ++d) {
+            const int a = wpath[d];
+            const float da = dec[a];
+            const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
+            const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) {
-            S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
-            S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
+            for (int r = 0; r < kSegLen; ++r) {
+              S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
+              S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
+            }
           }
+          cur = pa;
+          have_u = false;
         }
-        cur = pa;
-        have_u = false;
       }
-    }
-    const float di = dec[i], bi = bet[i];
-    const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
-    if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
-      ux = mul(mul(S[0].x, di), kn[0]);
-      uy = mul(mul(S[0].y, di), kn[0]);
+      const float di = dec[i], bi = bet[i];
+      const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
+      if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+        ux = mul(mul(S[0].x, di), kn[0]);
+        uy = mul(mul(S[0].y, di), kn[0]);
 #pragma unroll
-      for (int r = 1; r < kSegLen; ++r) {
-        ux = add(ux, mul(mul(S[r].x, di), kn[r]));
-        uy = add(uy, mul(mul(S[r].y, di), kn[r]));
+        for (int r = 1; r < kSegLen; ++r) {
+          ux = add(ux, mul(mul(S[r].x, di), kn[r]));
+          uy = add(uy, mul(mul(S[r].y, di), kn[r]));
+        }
       }
-    }
-    ux = combine_segments(ux);
-    uy = combine_segments(uy);
-    const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
-    const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
-    // the node that continues from S' (its child), or none
-    const int next = i + 1 < n && (MODE != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
-    const bool keep = MODE != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
-    if (MODE == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
-      __syncwarp();
-      if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
-      if (lane == 0) wpath[depth[i]] = i;
-      __syncwarp();
-    }
-    constexpr bool kOut = MODE != Mode::kCommit;
-    const float* qn = kn + kVecFloats;  // (kOut only)
-    const float dn = next >= 0 ? dec[next] : 0.f;
-    const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
-    float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
+      ux = combine_segments(ux);
+      uy = combine_segments(uy);
+      const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
+      const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+      // the node that continues from S' (its child), or none
+      const int next = i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+      const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
+      if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
+        __syncwarp();
+        if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+        if (lane == 0) wpath[depth[i]] = i;
+        __syncwarp();
+      }
+      constexpr bool kOut = PM != Mode::kCommit;
+      const float* qn = kn + kVecFloats;  // (kOut only)
+      const float dn = next >= 0 ? dec[next] : 0.f;
+      const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
+      float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) {
-      const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
-      const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
+      for (int r = 0; r < kSegLen; ++r) {
+        const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
+        const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
+        if (kOut) {
+          ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
+          oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+        }
+        if (next >= 0) {
+          nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
+          ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
+        }
+        if (keep) S[r] = make_float2(sx, sy);
+      }
       if (kOut) {
-        ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
-        oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+        ox = combine_segments(ox);
+        oy = combine_segments(oy);
+        if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
       }
-      if (next >= 0) {
-        nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
-        ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
-      }
-      if (keep) S[r] = make_float2(sx, sy);
+      if (keep) cur = i;
+      have_u = next >= 0;
+      ux = nx;
+      uy = ny;
     }
-    if (kOut) {
-      ox = combine_segments(ox);
-      oy = combine_segments(oy);
-      if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
-    }
-    if (keep) cur = i;
-    have_u = next >= 0;
-    ux = nx;
-    uy = ny;
-  }
+  };
 
-  if (kWrites) {  // the tile, stored once
+  auto store_tile = [&]() {
     float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) *reinterpret_cast<float2*>(dst + r * kHeadV) = S[r];
+  };
+
+  // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
+  if (CIV && live) {
+    const TokenSrc pend = pending_tokens(p);
+    if (c_tree) {
+      nc = tree_structure(pend.parents, pend.parents64, Tc, Tc, true, c_acc);
+      if (nc < 0) live = false;  // an invalid pending tree: nothing written, zero outputs
+    }
+    if (live && nc > 0) {
+      stage(pend, nc, false, c_tree, false);
+      __syncthreads();
+      normalize(nc, false);
+      __syncthreads();
+      run_tokens(ModeTag<Mode::kCommit>{}, nc);
+      store_tile();
+      __syncthreads();  // the staging area is reused by the verify
+    }
   }
+
+  const TokenSrc src = main_tokens(p, T_);
+  if (tree_commit && live) {  // the path decides which tokens are staged
+    n = tree_structure(src.parents, src.parents64, T_, T_, true, acc);
+    if (n <= 0) live = false;
+  }
+
+  // ---- nothing to run: zero rows (verify and step), no further pool access ----
+  if (!live || n == 0) {
+    if (MODE != Mode::kCommit && seg == 0)
+      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+    return;
+  }
+
+  stage(src, n, MODE != Mode::kCommit, tree_commit, true);
+  if (MODE == Mode::kTree) n = tree_structure(src.parents, src.parents64, T_, n, false, 0);  // rows from n: zeros
+  __syncthreads();
+  normalize(n, MODE != Mode::kCommit);
+  __syncthreads();
+
+  if (MODE == Mode::kTree) {  // the loaded (or just committed) tile, for rebuilding an ancestor's state
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
+  }
+  run_tokens(ModeTag<MODE>{}, n);
+
+  if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
   if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
     for (int i = n; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
 }

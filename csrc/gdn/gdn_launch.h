@@ -60,6 +60,24 @@ struct Params {
   const void* accepted = nullptr;  // [B]                         (kCommit)
   bool slots64 = false, lengths64 = false, parents64 = false, accepted64 = false;
 
+  // The pending commit folded into a verify (`civ`, kChain / kTree only): the previous round's
+  // k [B, Tc, 16, 128], v [B, Tc, 48, 128] (act dtype), g fp32 and beta [B, Tc, 48], accepted [B]
+  // and parents [B, Tc] or nullptr (a chain), replayed into each tile before the verify; the tile
+  // is stored (the pool is written: the fused op declares it).
+  bool civ = false;
+  const void* c_k = nullptr;
+  const void* c_v = nullptr;
+  int64_t c_k_sb = 0, c_k_st = 0, c_k_sh = 0, c_v_sb = 0, c_v_st = 0, c_v_sh = 0;
+  bool c_k16 = false, c_v16 = false;
+  const float* c_g = nullptr;
+  const void* c_beta = nullptr;
+  int64_t c_g_sb = 0, c_g_st = 0, c_beta_sb = 0, c_beta_st = 0;
+  DType c_beta_dt = DType::kF32;
+  const void* c_accepted = nullptr;
+  const void* c_parents = nullptr;
+  bool c_accepted64 = false, c_parents64 = false;
+  int c_tokens = 1;  // Tc
+
   void* out = nullptr;  // [B, T, 48, 128] contiguous, act's dtype (kStep: T = 1; kCommit: none)
   int batch = 0;
   int tokens = 1;       // T

@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import knobs
 from ..reference import gdn as ref
 
-__all__ = ["gdn_step", "gdn_step_raw", "gdn_chain_verify", "gdn_tree_verify", "gdn_commit"]
+__all__ = ["gdn_step", "gdn_step_raw", "gdn_chain_verify", "gdn_tree_verify", "gdn_commit", "gdn_commit_verify"]
 
 _ops = torch.ops.qwen38
 
@@ -118,12 +119,41 @@ def gdn_commit(k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Te
     _ops.gdn_commit(k, v, g, beta, state_pool, slots, accepted, parents)
 
 
+def gdn_commit_verify(c_k: torch.Tensor, c_v: torch.Tensor, c_g: torch.Tensor, c_beta: torch.Tensor,
+                      c_accepted: torch.Tensor, c_parents: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state_pool: torch.Tensor,
+                      slots: torch.Tensor, parents: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+                      *, scale: float | None = None) -> torch.Tensor:
+    """The previous round's commit folded into this round's verify.
+
+    c_k [B, Tc, 16, 128], c_v [B, Tc, 48, 128], c_g [B, Tc, 48], c_beta [B, Tc, 48], c_accepted [B],
+    c_parents [B, Tc] or None: the pending commit (what ``gdn_commit`` takes: the previous verify's
+    inputs and accepted tokens). q, k, v, g, beta [B, T, ...], parents [B, T] or None (None: a chain
+    verify, T <= 16; else a tree verify, T <= 64), lengths [B] or None: this round's verify. Slots
+    must be distinct apart from -1. The pool rows end committed (as ``gdn_commit`` leaves them) and
+    the returned o [B, T, 48, 128] is the verify's from the committed state, bit for bit.
+
+    ``QWEN38_COMMIT_IN_VERIFY=1`` (default): one kernel, each state tile read once and written once
+    (the separate commit and verify read each tile twice and write it once). ``0``: ``gdn_commit``
+    then the verify op, two launches, the same bits (the A/B baseline; the verify's arguments are
+    then checked only after the commit has written).
+    """
+    if not knobs.enabled("QWEN38_COMMIT_IN_VERIFY"):
+        gdn_commit(c_k, c_v, c_g, c_beta, state_pool, slots, c_accepted, c_parents)
+        if parents is None:
+            return gdn_chain_verify(q, k, v, g, beta, state_pool, slots, lengths, scale=scale)
+        return gdn_tree_verify(q, k, v, g, beta, state_pool, slots, parents, lengths, scale=scale)
+    return _ops.gdn_commit_verify(c_k, c_v, c_g, c_beta, c_accepted, c_parents, q, k, v, g, beta, state_pool,
+                                  slots, parents, lengths, scale=scale)
+
+
 # ---- CPU kernels: the references -------------------------------------------------------------
 torch.library.register_kernel("qwen38::gdn_step", "cpu", ref.gdn_step)
 torch.library.register_kernel("qwen38::gdn_step_raw", "cpu", ref.gdn_step_raw)
 torch.library.register_kernel("qwen38::gdn_chain_verify", "cpu", ref.gdn_chain_verify)
 torch.library.register_kernel("qwen38::gdn_tree_verify", "cpu", ref.gdn_tree_verify)
 torch.library.register_kernel("qwen38::gdn_commit", "cpu", ref.gdn_commit)
+torch.library.register_kernel("qwen38::gdn_commit_verify", "cpu", ref.gdn_commit_verify)
 
 
 # ---- fake kernels: the reference's structural checks (no index values: fakes have none) ------
@@ -188,3 +218,22 @@ def _gdn_commit_fake(k, v, g, beta, state_pool, slots, accepted, parents=None):
     if parents is not None:
         _check_index(op, "parents", parents, [batch, t], state_pool.device)
     return None
+
+
+@torch.library.register_fake("qwen38::gdn_commit_verify")
+def _gdn_commit_verify_fake(c_k, c_v, c_g, c_beta, c_accepted, c_parents, q, k, v, g, beta, state_pool, slots,
+                            parents=None, lengths=None, *, scale=None):
+    op = "gdn_commit_verify"
+    max_t = ref.MAX_CHAIN_TOKENS if parents is None else ref.MAX_TREE_NODES
+    batch, t = ref._check_gdn_inputs(op, q, k, v, g, beta, state_pool, slots, _F32, tokens=True, max_t=max_t)
+    ref._check_scale(op, scale)
+    _check_index(op, "slots", slots, [batch], state_pool.device)
+    if lengths is not None:
+        _check_index(op, "lengths", lengths, [batch], state_pool.device)
+    if parents is not None:
+        _check_index(op, "parents", parents, [batch, t], state_pool.device)
+    _gdn_commit_fake(c_k, c_v, c_g, c_beta, state_pool, slots, c_accepted, c_parents)
+    if c_k.shape[0] != batch:
+        ref._fail(op, f"c_k has {c_k.shape[0]} sequences but q has {batch}: the pending commit and the verify "
+                      "are one batch")
+    return _out(q, (batch, t))

@@ -181,12 +181,12 @@ DType dtype_of(const std::string& s) {
   return DType::kF64;
 }
 
-template <Mode MODE, typename T, bool RAW>
+template <Mode MODE, typename T, bool RAW, bool CIV = false>
 void run_grid(const Params& p, const std::vector<int>& heads) {
   for (unsigned b = 0; b < unsigned(p.batch); ++b)
     for (int h : heads)
       for (unsigned cb = 0; cb < unsigned(kColBlocks); ++cb)
-        emu::run_cta(emu::Dim3{cb, unsigned(h), b}, [&p]() { gdn_kernel<MODE, T, RAW>(p); });
+        emu::run_cta(emu::Dim3{cb, unsigned(h), b}, [&p]() { gdn_kernel<MODE, T, RAW, CIV>(p); });
 }
 
 template <typename T>
@@ -196,8 +196,14 @@ void dispatch(Mode mode, const Params& p, const std::vector<int>& heads) {
       if (p.raw) run_grid<Mode::kStep, T, true>(p, heads);
       else run_grid<Mode::kStep, T, false>(p, heads);
       break;
-    case Mode::kChain: run_grid<Mode::kChain, T, false>(p, heads); break;
-    case Mode::kTree: run_grid<Mode::kTree, T, false>(p, heads); break;
+    case Mode::kChain:
+      if (p.civ) run_grid<Mode::kChain, T, false, true>(p, heads);
+      else run_grid<Mode::kChain, T, false>(p, heads);
+      break;
+    case Mode::kTree:
+      if (p.civ) run_grid<Mode::kTree, T, false, true>(p, heads);
+      else run_grid<Mode::kTree, T, false>(p, heads);
+      break;
     case Mode::kCommit: run_grid<Mode::kCommit, T, false>(p, heads); break;
   }
 }
@@ -264,6 +270,29 @@ int main(int argc, char** argv) {
   p.parents = ptr("parents");
   p.accepted = ptr("accepted");
   p.slots64 = p.lengths64 = p.parents64 = p.accepted64 = i64;
+  // the pending commit folded into a verify ("c_*" tensors, all contiguous)
+  p.c_k = ptr("c_k");
+  if (p.c_k != nullptr) {
+    p.civ = true;
+    p.c_tokens = std::stoi(get("c_tokens"));
+    const int64_t Tc = p.c_tokens;
+    p.c_v = ptr("c_v");
+    p.c_k_sh = kHeadK;
+    p.c_k_st = int64_t(kQKHeads) * kHeadK;
+    p.c_k_sb = Tc * kQKHeads * kHeadK;
+    p.c_v_sh = kHeadV;
+    p.c_v_st = int64_t(kVHeads) * kHeadV;
+    p.c_v_sb = Tc * kVHeads * kHeadV;
+    p.c_k16 = p.c_v16 = p.qk16;
+    p.c_g = static_cast<const float*>(ptr("c_g"));
+    p.c_beta = ptr("c_beta");
+    p.c_beta_dt = dtype_of(get("c_beta_dt"));
+    p.c_g_st = p.c_beta_st = kVHeads;
+    p.c_g_sb = p.c_beta_sb = Tc * kVHeads;
+    p.c_accepted = ptr("c_accepted");
+    p.c_parents = ptr("c_parents");
+    p.c_accepted64 = p.c_parents64 = i64;
+  }
   const size_t out_elems = size_t(p.batch) * size_t(T) * kVHeads * kHeadV;
   std::vector<uint16_t> out(out_elems, 0xffff);  // NaN in bf16 and fp16: unwritten rows show
   p.out = mode == Mode::kCommit ? nullptr : out.data();
