@@ -68,6 +68,41 @@ TORCH_LIBRARY(qwen38, m) {
   // accepted path of x [B, T, C]]. Chain (parents None): accepted [B] = prefix length in [0, T];
   // tree: accepted [B] = deepest accepted node in [-1, T).
   m.def("conv_commit(Tensor x, Tensor(a!) conv_state, Tensor slots, Tensor accepted, Tensor? parents=None) -> ()");
+
+  // ---- gdn family (csrc/gdn/) -------------------------------------------------------------
+  // Gated DeltaNet decode and speculative verify over an fp32 state pool [S, 48, 128 (K), 128 (V)]
+  // (fla/HF layout). q, k [.., 16, 128], v [.., 48, 128] bf16/fp16; g fp32 [.., 48] (log decay);
+  // beta [.., 48] in q's dtype or fp32; slots [B] int32/int64 pool rows (-1 = padding, skipped).
+  // Per v head h (q/k head h // 3): kn, qn = l2norm(k), l2norm(q) * scale; S = S * exp(g);
+  // u = S^T kn; delta = (v - u) * beta; S = S + kn delta^T; o = round(S^T qn). No FMA, sums over
+  // K in the fixed order of qwen38_kernels/reference/gdn.py. scale None = 1/sqrt(128).
+  // One token per sequence; state_pool rows `slots` updated in place; returns o [B, 48, 128].
+  m.def("gdn_step(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, "
+        "Tensor slots, *, float? scale=None) -> Tensor");
+  // gdn_step with the raw gate inputs a, b [B, 48] (bf16/fp16/fp32), A_log, dt_bias [48]:
+  // beta = round(sigmoid(b)) in b's dtype, g = -exp(A_log) * softplus(a + dt_bias) (reference.gdn_gates).
+  m.def("gdn_step_raw(Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, "
+        "Tensor(a!) state_pool, Tensor slots, *, float? scale=None) -> Tensor");
+  // Chain verify: q, k, v, g, beta with a token dim [B, T, ...], T <= 16; lengths [B] or None (= T).
+  // state_pool is read only. Returns o [B, T, 48, 128]: row t == the (t+1)-th of successive steps.
+  m.def("gdn_chain_verify(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state_pool, "
+        "Tensor slots, Tensor? lengths=None, *, float? scale=None) -> Tensor");
+  // Tree verify: T <= 64 nodes per sequence in depth-first pre-order, parents [B, T] (-1 = child of
+  // the committed state). state_pool is read only. Returns o [B, T, 48, 128]: node i == steps along
+  // its root-to-node path.
+  m.def("gdn_tree_verify(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state_pool, "
+        "Tensor slots, Tensor parents, Tensor? lengths=None, *, float? scale=None) -> Tensor");
+  // Commit: replays the accepted tokens from the verify's k, v, g, beta [B, T, ...] into the pool
+  // rows `slots` (distinct). Chain (parents None): accepted [B] = prefix length in [0, T]; tree:
+  // accepted [B] = deepest accepted node in [-1, T). The rows end as stepping would leave them.
+  m.def("gdn_commit(Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, Tensor slots, "
+        "Tensor accepted, Tensor? parents=None) -> ()");
+  // The pending commit folded into the next verify: gdn_commit(c_k, c_v, c_g, c_beta, state_pool,
+  // slots, c_accepted, c_parents), then the chain verify (parents None) or the tree verify of
+  // q..beta from the committed state, one kernel: each tile read once and written once.
+  m.def("gdn_commit_verify(Tensor c_k, Tensor c_v, Tensor c_g, Tensor c_beta, Tensor c_accepted, "
+        "Tensor? c_parents, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, "
+        "Tensor slots, Tensor? parents=None, Tensor? lengths=None, *, float? scale=None) -> Tensor");
 }
 
 namespace {

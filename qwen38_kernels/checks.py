@@ -344,3 +344,77 @@ def _tables():
     for (arch, op) in found:
         tables.load(arch, op)  # validates; raises TableError
     return CheckResult("tile tables", "cpu", True, f"{len(found)} tables valid")
+
+
+# ---- gdn family ----------------------------------------------------------------------------------
+def _gdn_inputs(batch: int, t: int, device: str):
+    """Tokens [B, T, ...] with HF-range gates, a pool of B + 1 random states, on `device`."""
+    from .reference import gdn
+    g0 = torch.Generator().manual_seed(20261130 + batch * 64 + t)
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g0) * sc)  # noqa: E731
+    q, k = r(batch, t, 16, 128).to(torch.bfloat16), r(batch, t, 16, 128).to(torch.bfloat16)
+    v = r(batch, t, 48, 128).to(torch.bfloat16)
+    A_log = torch.log(torch.rand(48, generator=g0) * 15 + 1)
+    dt_bias = torch.log(torch.expm1(torch.rand(48, generator=g0) * 0.1 + 1e-3))
+    g, beta = gdn.gdn_gates(r(batch, t, 48).to(torch.bfloat16), r(batch, t, 48).to(torch.bfloat16), A_log, dt_bias)
+    pool = r(batch + 1, 48, 128, 128, sc=0.05)
+    return tuple(x.to(device) for x in (q, k, v, g, beta, pool))
+
+
+def _gdn_check(device: str) -> CheckResult:
+    """CUDA: every op bit for bit equal to the fp32 reference (outputs and states), and verify ==
+    stepping. CPU: the fp32 reference (the CPU kernels) against its float64 evaluation over 16
+    steps (bf16 outputs: 1-ulp rate; state relative RMS error)."""
+    ops = torch.ops.qwen38
+    lines, ok = [], True
+    if device == "cuda":
+        q, k, v, g, beta, pool = _gdn_inputs(2, 16, "cpu")
+        slots = torch.tensor([2, 0])
+        par = torch.tensor([[-1, 0, 1, 1, 3, -1, 5, 6, 6, 5, 9, 10, 11, 12, 12, 9]] * 2)
+        acc_tree, acc_chain = torch.tensor([8, 14]), torch.tensor([16, 5])
+        cases = [
+            ("gdn_step", (q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], pool, slots)),
+            ("gdn_chain_verify", (q, k, v, g, beta, pool, slots, torch.tensor([16, 7]))),
+            ("gdn_tree_verify", (q, k, v, g, beta, pool, slots, par)),
+            ("gdn_commit", (k, v, g, beta, pool, slots, acc_chain, None)),
+            ("gdn_commit", (k, v, g, beta, pool, slots, acc_tree, par)),
+        ]
+        for name, args in cases:
+            cpu = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            gpu = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+            want, got = getattr(ops, name)(*cpu), getattr(ops, name)(*gpu)
+            pi = 5 if name != "gdn_commit" else 4
+            same = torch.equal(gpu[pi].cpu().view(torch.int32), cpu[pi].view(torch.int32))
+            if want is not None:
+                same = same and torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+            if not same:
+                ok = False
+                lines.append(f"{name}: CUDA differs from the reference")
+        detail = f"{len(cases)} cases bit-identical to the fp32 reference" if ok else "; ".join(lines)
+        return CheckResult("gdn", device, ok, detail)
+    steps = 16
+    q, k, v, g, beta, pool = _gdn_inputs(1, steps, "cpu")
+    p32, p64 = pool[:1].clone(), pool[:1].to(torch.float64)
+    slots = torch.tensor([0])
+    ulps = []
+    for t in range(steps):
+        args = (q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t])
+        o32 = ops.gdn_step(*args, p32, slots)
+        o64 = ref.gdn_step(*args, p64, slots, acc_dtype=torch.float64)
+        ulps.append(ulp_diff(o32, o64).flatten())
+    u = torch.cat(ulps)
+    rate = float((u == 1).double().mean())
+    rel = float(torch.sqrt(((p32.double() - p64) ** 2).mean() / (p64 ** 2).mean()))
+    ok = rel < 1e-5 and rate < 2e-3
+    return CheckResult("gdn", device, ok, f"{steps} steps vs float64: bf16 1-ulp rate {rate:.1e}, max "
+                       f"{int(u.max())} ulp; state relative RMS error {rel:.1e}", max_ulp=int(u.max()))
+
+
+@register("gdn (step, chain/tree verify, commit)", "cuda")
+def _gdn_cuda():
+    return _gdn_check("cuda")
+
+
+@register("gdn CPU path (references)", "cpu")
+def _gdn_cpu():
+    return _gdn_check("cpu")

@@ -28,6 +28,15 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NORM_STREAM", "1",
          "1: many-row norm calls (rows * H >= 2^20, 16-byte-aligned rows, H in 65..16384) take the "
          "persistent streaming kernel (v5); 0: the v4 launch shapes (the A/B baseline). Same bits."),
+    Knob("QWEN38_COMMIT_IN_VERIFY", "1",
+         "1: qwen38_kernels.gdn_commit_verify runs the pending GDN commit and the next verify as one kernel "
+         "(each state tile read once and written once per round); 0: gdn_commit then the verify op, two "
+         "launches (a tile read twice, written once). Same bits."),
+    Knob("QWEN38_GDN_CHECK_INDICES", "1",
+         "1: an eager call of a CUDA GDN op copies its index tensors (slots, lengths, parents, accepted) "
+         "to the host and validates them as the reference does, raising ValueError naming the argument "
+         "(one small synchronising copy; skipped while a CUDA graph is captured); 0: no copy. The kernels "
+         "guard themselves either way: nothing out of range is read or written."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),

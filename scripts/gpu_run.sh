@@ -6,13 +6,16 @@
 #                               [--bench NAME]   (only benchmarks/bench_NAME.py; default: all)
 #                               [--tests FILES]  (test files; default: tests)  [--all-tests] (CPU ones too)
 #                               [--sweep]        (tile-table sweep first: writes tables/<arch>/, kept in OUT)
+#                               [--no-sass]      (skip the resource report: CI makes it on every landing)
+# Environment: TEST_TIMEOUT / BENCH_TIMEOUT (seconds, 0 = none) bound the test run and each benchmark.
+# --bench takes one name or a comma-separated list (nvfp4,fp8,head).
 #
 # OUT_DIR receives: run.log (everything), main.json (python -m qwen38_kernels --json),
 # sass.txt (per-kernel registers/spills/shared memory for sm_90a and sm_121a, and SASS notes),
 # results.tar (benchmarks/results/<gpu>/ as written by the benchmarks), junit.xml (pytest).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUT_DIR [options]}; shift
-arch=9.0a quick=0 tests=1 benches=1 kexpr="" only="*" tfiles=tests marker="-m gpu" sweep=0
+arch=9.0a quick=0 tests=1 benches=1 kexpr="" only="*" tfiles=tests marker="-m gpu" sweep=0 sass=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) arch=$2; shift ;;
@@ -24,6 +27,7 @@ while [ $# -gt 0 ]; do
     --tests) tfiles=$2; shift ;;
     --all-tests) marker="" ;;
     --sweep) sweep=1 ;;
+    --no-sass) sass=0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -45,9 +49,11 @@ if ! python3 -m pip install --no-build-isolation --no-deps --no-index -e . >> "$
   echo "BUILD FAILED (see run.log)"; tail -40 "$log"; exit 1
 fi
 
-step "resource usage and SASS (sm_90a, sm_121a)"
-bash scripts/check_sass.sh "$out/sass.txt" >> "$log" 2>&1 || status=1
-tail -20 "$out/sass.txt" 2>/dev/null
+if [ $sass = 1 ]; then
+  step "resource usage and SASS (sm_90a, sm_121a)"
+  bash scripts/check_sass.sh "$out/sass.txt" >> "$log" 2>&1 || status=1
+  tail -3 "$out/sass.txt" 2>/dev/null
+fi
 
 step "main job"
 python3 -m qwen38_kernels --no-bench --json "$out/main.json" 2>&1 | tee -a "$log" || status=1
@@ -64,14 +70,17 @@ if [ $tests = 1 ]; then
   # pytest-xdist where installed: a crashing worker is replaced and its test reported as failed
   par=""; python3 -c 'import xdist' 2>/dev/null && par="-n 8"
   # GPU tests only unless --all-tests: CI runs the CPU ones on every landing
-  python3 -m pytest -q $par $marker --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} $tfiles 2>&1 | tee -a "$log" | tail -30 || status=1
+  timeout ${TEST_TIMEOUT:-0} python3 -m pytest -q $par $marker --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} $tfiles 2>&1 | tee -a "$log" | tail -30 || status=1
 fi
 
 if [ $benches = 1 ]; then
   step "benchmarks"
   qflag=""; [ $quick = 1 ] && qflag="--quick"
-  for b in benchmarks/bench_$only.py; do
-    python3 "$b" $qflag 2>&1 | tee -a "$log" | tail -40 || status=1
+  for name in ${only//,/ }; do
+    for b in benchmarks/bench_$name.py; do
+      timeout ${BENCH_TIMEOUT:-0} python3 "$b" $qflag 2>&1 | tee -a "$log" | tail -40 || status=1
+      tar -cf "$out/results.tar" benchmarks/results  # what is done so far comes back even if cut
+    done
   done
   tar -cf "$out/results.tar" benchmarks/results
 fi

@@ -7,13 +7,13 @@ gdn:  gdn_gates, gdn_step(_raw), gdn_chain_verify, gdn_tree_verify, gdn_commit, 
       conv_chain, conv_tree, conv_commit (references of ops still to build)
 """
 from .fp8 import fp8_block_linear, fp8_block_linear_f64_bound, head_argmax, head_logits, head_logits_f64_bound
-from .gdn import (conv_chain, conv_commit, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_gates,
-                  gdn_step, gdn_step_raw, gdn_tree_verify)
+from .gdn import (conv_chain, conv_commit, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_commit_verify,
+                  gdn_gates, gdn_step, gdn_step_raw, gdn_tree_verify)
 from .gemm import nvfp4_dequantize, nvfp4_linear, nvfp4_linear_f64_bound
 from .norm import add_rms_norm, rms_norm, rms_norm_gated, rms_norm_gated_f64_branches
 
 __all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "rms_norm_gated_f64_branches", "nvfp4_linear",
            "nvfp4_linear_f64_bound", "nvfp4_dequantize", "fp8_block_linear", "fp8_block_linear_f64_bound", "head_logits",
            "head_logits_f64_bound", "head_argmax", "gdn_gates", "gdn_step", "gdn_step_raw",
-           "gdn_chain_verify", "gdn_tree_verify", "gdn_commit", "conv_step", "conv_chain", "conv_tree",
+           "gdn_chain_verify", "gdn_tree_verify", "gdn_commit", "gdn_commit_verify", "conv_step", "conv_chain", "conv_tree",
            "conv_commit"]

@@ -118,6 +118,7 @@ from .._checks import _fail
 
 __all__ = [
     "gdn_gates", "gdn_step", "gdn_step_raw", "gdn_chain_verify", "gdn_tree_verify", "gdn_commit",
+    "gdn_commit_verify",
     "conv_step", "conv_chain", "conv_tree", "conv_commit",
     "N_QK_HEADS", "N_V_HEADS", "HEAD_K", "HEAD_V", "CONV_CHANNELS", "CONV_WIDTH", "K_SPLIT",
     "MAX_CHAIN_TOKENS", "MAX_TREE_NODES", "MAX_TREE_DEPTH", "L2_EPS", "DEFAULT_SCALE",
@@ -238,7 +239,7 @@ def _tree_depths(op, parents, lengths, batch, t, device):
             if p < -1 or p >= i:
                 _fail(op, f"parents[{b}, {i}] = {p}: a parent must be -1 or an earlier node in depth-first order")
             dp = 0 if p < 0 else d[p]
-            if path[dp] != p:
+            if dp >= len(path) or path[dp] != p:  # deeper than the current path: a finished branch
                 _fail(op, f"parents[{b}, {i}] = {p} is not on the current root-to-node path: the nodes are not "
                           f"in depth-first order")
             d[i] = dp + 1
@@ -531,6 +532,38 @@ def gdn_commit(k, v, g, beta, state_pool, slots, accepted, parents=None, *, acc_
                              beta[bs, ts].to(ad), None, want_out=False)
     state_pool[rows] = W.to(state_pool.dtype)
     return None
+
+
+def gdn_commit_verify(c_k, c_v, c_g, c_beta, c_accepted, c_parents, q, k, v, g, beta, state_pool, slots,
+                      parents=None, lengths=None, *, scale=None, acc_dtype=torch.float32):
+    """The pending commit folded into the next verify (one state read and one write per round).
+
+    ``gdn_commit(c_k, c_v, c_g, c_beta, state_pool, slots, c_accepted, c_parents)`` (the previous
+    round's verify inputs and accepted tokens), then ``gdn_chain_verify`` (parents None, T <= 16) or
+    ``gdn_tree_verify`` (T <= 64) of q, k, v, g, beta from the committed state. The pending commit's
+    B equals the verify's; its token count Tc is its own. Every check happens before anything is
+    written (the verify's named as gdn_commit_verify, the pending commit's as gdn_commit does).
+    Slots must be distinct apart from -1. Returns the verify's o [B, T, 48, 128].
+    """
+    op = "gdn_commit_verify"
+    tree = parents is not None
+    batch, t = _check_gdn_inputs(op, q, k, v, g, beta, state_pool, slots, acc_dtype, tokens=True,
+                                 max_t=MAX_TREE_NODES if tree else MAX_CHAIN_TOKENS)
+    _check_scale(op, scale)
+    _check_slots(op, slots, batch, state_pool.shape[0], state_pool.device, distinct=True)
+    ls = _check_lengths(op, lengths, batch, t, state_pool.device)
+    if tree:
+        _tree_depths(op, parents, ls, batch, t, state_pool.device)
+    cb, ct = _check_gdn_inputs("gdn_commit", None, c_k, c_v, c_g, c_beta, state_pool, slots, acc_dtype,
+                               tokens=True, max_t=MAX_TREE_NODES, need_q=False)
+    if cb != batch:
+        _fail(op, f"c_k has {cb} sequences but q has {batch}: the pending commit and the verify are one batch")
+    _accepted_paths("gdn_commit", c_accepted, c_parents, cb, ct, state_pool.device)
+    gdn_commit(c_k, c_v, c_g, c_beta, state_pool, slots, c_accepted, c_parents, acc_dtype=acc_dtype)
+    if tree:
+        return gdn_tree_verify(q, k, v, g, beta, state_pool, slots, parents, lengths, scale=scale,
+                               acc_dtype=acc_dtype)
+    return gdn_chain_verify(q, k, v, g, beta, state_pool, slots, lengths, scale=scale, acc_dtype=acc_dtype)
 
 
 # ---- causal conv1d ------------------------------------------------------------------------------

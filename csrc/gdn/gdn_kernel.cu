@@ -1,0 +1,52 @@
+// Instantiations and launch of the GDN kernels (see gdn_kernel.cuh for the math and the layout).
+#include "common/launch.cuh"
+#include "gdn/gdn_kernel.cuh"
+
+namespace qwen38::gdn {
+namespace {
+
+template <Mode MODE, typename T, bool RAW, bool CIV = false>
+cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
+  auto kernel = gdn_kernel<MODE, T, RAW, CIV>;
+  const size_t smem = smem_bytes(MODE, CIV && p.c_tokens > p.tokens ? p.c_tokens : p.tokens);
+  if (smem > 48 * 1024) {  // above the default limit a block must opt in (not a stream operation)
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(kColBlocks, kVHeads, unsigned(p.batch));
+  return launch_kernel(kernel, grid, dim3(kThreads), smem, stream, pdl, p);
+}
+
+template <typename T>
+cudaError_t launch_mode(Mode mode, const Params& p, bool pdl, cudaStream_t stream) {
+  switch (mode) {
+    case Mode::kStep:
+      return p.raw ? launch_typed<Mode::kStep, T, true>(p, pdl, stream)
+                   : launch_typed<Mode::kStep, T, false>(p, pdl, stream);
+    case Mode::kChain:
+      return p.civ ? launch_typed<Mode::kChain, T, false, true>(p, pdl, stream)
+                   : launch_typed<Mode::kChain, T, false>(p, pdl, stream);
+    case Mode::kTree:
+      return p.civ ? launch_typed<Mode::kTree, T, false, true>(p, pdl, stream)
+                   : launch_typed<Mode::kTree, T, false>(p, pdl, stream);
+    case Mode::kCommit: return launch_typed<Mode::kCommit, T, false>(p, pdl, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+size_t smem_bytes(Mode mode, int tokens) { return smem_total(mode, mode == Mode::kStep ? 1 : tokens); }
+
+cudaError_t launch(Mode mode, const Params& p, bool pdl, cudaStream_t stream) {
+  if (p.batch == 0) return cudaSuccess;
+  if (p.batch > 65535 || p.tokens < 1 || p.tokens > kMaxTreeNodes) return cudaErrorInvalidValue;
+  if (p.civ && (p.c_tokens < 1 || p.c_tokens > kMaxTreeNodes || (mode != Mode::kChain && mode != Mode::kTree)))
+    return cudaErrorInvalidValue;
+  if (p.act == DType::kBF16) return launch_mode<__nv_bfloat16>(mode, p, pdl, stream);
+  if (p.act == DType::kF16) return launch_mode<__half>(mode, p, pdl, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace qwen38::gdn

@@ -1,0 +1,558 @@
+// Gated DeltaNet decode kernels: step, chain verify, tree verify, commit. Torch-free.
+//
+// Formula (per sequence b and v head h; q/k head hq = h / 3; everything fp32, no FMA):
+//   kn = k * (1 / sqrt(ksum(k*k) + 1e-6))          qn = (q * (1 / sqrt(ksum(q*q) + 1e-6))) * scale
+//   d  = round_fp32(exp_f64(g))                     (per head and token)
+//   S  = S * d;   u = ksum_i(S[i, :] * kn[i]);   delta = (v - u) * beta;   S = S + kn[:, None] * delta
+//   o  = round(ksum_i(S[i, :] * qn[i]))             (the updated S)
+// ksum: K = 128 split into 4 contiguous segments of 32, each summed sequentially in ascending i
+// starting from its first product, then (p0 + p1) + (p2 + p3). Reference (the contract, bit for bit):
+// qwen38_kernels/reference/gdn.py (_ksum, _l2norm, _decay, _gdn_core, gdn_gates).
+//
+// Tensors: q, k [B, T, 16, 128], v [B, T, 48, 128] bf16/fp16 (last dim contiguous, other strides
+// free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),
+// 128 (V = j)] contiguous; output [B, T, 48, 128] contiguous in the act dtype.
+//
+// Work split: one CTA of 64 threads per (column block of 32 V columns, v head, sequence). Columns
+// of S evolve independently (u, delta and o of column j only read column j and the shared kn, qn),
+// so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside a CTA:
+//
+//        columns  cb*32 + 0,1 | 2,3 | ... | 30,31            thread = (column pair cp, segment s)
+//   rows   0..31   (cp 0, s 0) (cp 1, s 0) ...               lane   = 4 * (cp % 8) + s
+//         32..63   (cp 0, s 1) ...                           warp   = cp / 8
+//         64..95   (cp 0, s 2) ...
+//         96..127  (cp 0, s 3) ...
+//
+// Each thread holds the 32 x 2 fp32 block of its (segment, column pair) in registers (float2 S[32])
+// for the whole launch: the tile is loaded once and, for the step and the commit, stored once.
+// A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
+// segment order; the 4 partials live in 4 adjacent lanes and are combined by two xor shuffles:
+// lane s holds p_s; after xor 1 lanes 0,1 hold p0 + p1 (addition is commutative: same bits on
+// both), lanes 2,3 hold p2 + p3; after xor 2 every lane holds (p0 + p1) + (p2 + p3).
+//
+// Verify: the per-token vectors (kn, qn, v, decay, beta) do not depend on the state, so they are
+// computed for every token up front into shared memory, while the tile loads are in flight; the
+// loop over tokens then touches registers and shared memory only. A tree node's state is its
+// parent's state plus its own update. In depth-first order the parent p of node i is the previous
+// node or an ancestor of it. A leaf (no child follows it) is evaluated without overwriting the
+// parent's state in registers, so its siblings start from it directly. Otherwise, when the parent
+// is not the state held, the state after p is rebuilt from the committed tile (kept in shared
+// memory) by replaying the path root..p with the stored per-node decay and delta:
+// S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
+// used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
+// current path (the last node visited at each depth). Per node, the new state, the output sum and
+// the next node's u sum (when the next node is its child) are formed in one pass over the rows.
+//
+// Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
+// runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
+//
+// Commit: replays the accepted tokens (chain prefix, or the tree path root..accepted) with the full
+// step arithmetic (u and delta recomputed from the verify's k, v, g, beta) and stores the tile.
+//
+// Transcendentals are evaluated in double and rounded once to fp32, as the reference does: exp for
+// the decay; sigmoid, softplus (log1p(exp)) and exp(A_log) for the raw gates. CUDA's double exp and
+// log1p are within 1-2 ulp of the exact value, as is the CPU's; the fp32 rounding of two such
+// doubles can differ only when the exact value lies within ~2^-52 relative of an fp32 rounding
+// boundary (about 1 value in 2^28 for a uniformly placed value), far below anything a test sees.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/pdl.cuh"
+#include "gdn/gdn_launch.h"
+
+namespace qwen38::gdn {
+
+constexpr int kThreads = 64;                  // 2 warps
+constexpr int kCols = 32;                     // V columns per CTA
+constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
+constexpr int kSegs = 4;                      // K_SPLIT of the contract
+constexpr int kSegLen = kHeadK / kSegs;       // 32 rows per segment
+constexpr int kSegPad = kSegLen + 1;          // a staged segment's smem stride: the 4 segments of a
+                                              // vector start in 4 different banks (conflict-free)
+constexpr int kVecFloats = kSegs * kSegPad;   // 132 floats per staged k or q vector
+constexpr int kPathLen = kMaxTreeNodes + 1;   // per-warp path, index = depth (0: the committed state)
+constexpr float kL2Eps = 1e-6f;               // reference L2_EPS, as fp32
+constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overflow-safe)
+
+static_assert(kThreads == kSegs * (kCols / 2), "one thread per (segment, column pair)");
+static_assert(kSegLen == 32 && kThreads == 64, "the lane mapping below assumes 32-row segments, 2 warps");
+
+// ---- shared memory layout ----------------------------------------------------------------------
+// [stash: kSegLen x kThreads float2, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
+// [bet: N][par: T][depth: T][order: T][path: 2 x kPathLen][info: 4]      (floats, then ints)
+__host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
+__host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
+__host__ __device__ constexpr size_t stash_bytes(Mode m) {
+  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float2) : 0;
+}
+__host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
+  return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
+}
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + 2 * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
+  return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
+}
+// The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
+static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
+
+// ---- loads -------------------------------------------------------------------------------------
+__device__ __forceinline__ int64_t load_index(const void* ptr, bool is64, int64_t i) {
+  return is64 ? static_cast<const int64_t*>(ptr)[i] : int64_t(static_cast<const int32_t*>(ptr)[i]);
+}
+
+// Any float dtype widened to fp32 (fp64 rounded once: the reference's .to(float32)).
+__device__ __forceinline__ float load_float(const void* ptr, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(ptr)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(ptr)[i]);
+    case DType::kF32: return static_cast<const float*>(ptr)[i];
+    default: return __double2float_rn(static_cast<const double*>(ptr)[i]);
+  }
+}
+
+// fp32 -> dtype -> fp32 (the reference's rounding of beta to b's dtype).
+__device__ __forceinline__ float round_through(float x, DType dt) {
+  if (dt == DType::kBF16) return __bfloat162float(__float2bfloat16_rn(x));
+  if (dt == DType::kF16) return __half2float(__float2half_rn(x));
+  return x;
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T x);
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  __device__ static type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct Pair<__half> {
+  using type = __half2;
+  __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+// 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
+template <typename T>
+__device__ __forceinline__ void load8(const T* src, bool vec, float (&out)[8]) {
+  if (vec) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(src[i]);
+  }
+}
+
+// ---- the contract's arithmetic (IEEE round-to-nearest intrinsics: nvcc never contracts these) --
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+
+// (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3).
+__device__ __forceinline__ float combine_segments(float p) {
+  p = add(p, __shfl_xor_sync(0xffffffffu, p, 1));
+  return add(p, __shfl_xor_sync(0xffffffffu, p, 2));
+}
+
+// decay = round_fp32(exp_f64(g))
+__device__ __forceinline__ float decay_of(float g) { return __double2float_rn(exp(double(g))); }
+
+// The raw gates of reference.gdn_gates: beta = round(b.dtype, round_fp32(sigmoid_f64(b)));
+// g = -(round_fp32(exp_f64(A_log)) * sp), sp = x if x > 20 else round_fp32(log1p(exp(x))), x = a + dt_bias.
+__device__ __forceinline__ void raw_gates(const Params& p, int b, int h, float* g_out, float* beta_out) {
+  const float bv = load_float(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+  const float s32 = __double2float_rn(1.0 / (1.0 + exp(-double(bv))));
+  *beta_out = round_through(s32, p.b_dt);
+  const float x = add(load_float(p.a, p.a_dt, int64_t(b) * p.a_sb + h), load_float(p.dt_bias, p.dtb_dt, h));
+  const float sp = x > kSoftplusThreshold ? x : __double2float_rn(log1p(exp(double(x))));
+  const float A = __double2float_rn(exp(double(load_float(p.A_log, p.alog_dt, h))));
+  *g_out = -mul(A, sp);
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+// Where one batch of tokens comes from: the call's own tensors, or (the commit folded into a
+// verify) the pending commit's k, v, g, beta and parents.
+struct TokenSrc {
+  const void* q;
+  const void* k;
+  const void* v;
+  int64_t q_sb, q_st, q_sh, k_sb, k_st, k_sh, v_sb, v_st, v_sh;
+  const float* g;
+  const void* beta;
+  int64_t g_sb, g_st, beta_sb, beta_st;
+  DType beta_dt;
+  bool qk16, v16;
+  const void* parents;
+  bool parents64;
+  int tokens;
+};
+
+__device__ __forceinline__ TokenSrc main_tokens(const Params& p, int tokens) {
+  return TokenSrc{p.q, p.k, p.v, p.q_sb, p.q_st, p.q_sh, p.k_sb, p.k_st, p.k_sh, p.v_sb, p.v_st, p.v_sh,
+                  p.g, p.beta, p.g_sb, p.g_st, p.beta_sb, p.beta_st, p.beta_dt, p.qk16, p.v16,
+                  p.parents, p.parents64, tokens};
+}
+
+__device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
+  return TokenSrc{nullptr, p.c_k, p.c_v, 0, 0, 0, p.c_k_sb, p.c_k_st, p.c_k_sh, p.c_v_sb, p.c_v_st, p.c_v_sh,
+                  p.c_g, p.c_beta, p.c_g_sb, p.c_g_st, p.c_beta_sb, p.c_beta_st, p.c_beta_dt, p.c_k16, p.c_v16,
+                  p.c_parents, p.c_parents64, p.c_tokens};
+}
+
+template <Mode M> struct ModeTag { static constexpr Mode value = M; };
+
+// CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
+// runs from it: one state read and one write per round instead of a commit's read + write and the
+// verify's read. Only with MODE kChain or kTree.
+template <Mode MODE, typename T, bool RAW, bool CIV>
+__global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
+  constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
+  constexpr int kKinds = staged_kinds(MODE);  // layout: k and q slots per staged token
+  static_assert(!CIV || kVerify, "the commit folds into a verify only");
+
+  const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int seg = lane & 3;
+  const int cp = warp * 8 + (lane >> 2);     // column pair within the block, 0..15
+  const int col = cb * kCols + 2 * cp;       // this thread's first column (of two)
+  const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
+  const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
+  const int Tc = CIV ? p.c_tokens : 0;       // the pending commit's tokens
+  const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
+  const int N = staged_capacity(MODE, Tm);
+
+  float2* stash = reinterpret_cast<float2*>(smem_raw);
+  float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
+  float* vd = xs + size_t(N) * kKinds * kVecFloats;
+  float* dec = vd + size_t(N) * kCols;
+  float* bet = dec + N;
+  int* par = reinterpret_cast<int*>(bet + N);
+  int* depth = par + Tm;
+  int* order = depth + Tm;
+  int* path = order + Tm;
+  int* info = path + 2 * kPathLen;
+
+  pdl_wait();   // inputs may come from the previous kernel
+  pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
+
+  // ---- which pool row, how many tokens (every thread computes the same) ----
+  const int64_t slot = load_index(p.slots, p.slots64, b);
+  bool live = slot >= 0 && slot < p.pool_rows;
+  if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
+    bool dup = false;
+    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
+    live = live && !__syncthreads_or(dup);
+  }
+  int n = T_;  // tokens (verify: rows) to run
+  if (kVerify && p.lengths != nullptr) {
+    const int64_t len = load_index(p.lengths, p.lengths64, b);
+    if (len < 0 || len > T_) live = false;
+    else n = int(len);
+  }
+  const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
+  int64_t acc = 0;
+  if (MODE == Mode::kCommit) {
+    acc = load_index(p.accepted, p.accepted64, b);
+    if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
+    else if (!tree_commit) n = int(acc);
+  }
+  const bool c_tree = CIV && p.c_parents != nullptr;
+  int64_t c_acc = 0;
+  int nc = 0;  // pending tokens to replay
+  if (CIV) {
+    c_acc = load_index(p.c_accepted, p.c_accepted64, b);
+    if (c_tree ? (c_acc < -1 || c_acc >= Tc) : (c_acc < 0 || c_acc > Tc)) live = false;
+    else nc = c_tree ? Tc : int(c_acc);  // a tree: the path length, found below
+  }
+
+  // ---- the state tile: every load issued now, consumed after the token prologue ----
+  float2 S[kSegLen];
+  const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
+                      int64_t(seg * kSegLen) * kHeadV + col;
+  if (live && (n > 0 || nc > 0)) {
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) {
+      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
+      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
+    }
+  }
+
+  // ---- tree structure: validation, depths, the accepted path ----
+  // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
+  // before it (the current path is exactly that node's ancestor chain). Each thread checks its
+  // nodes by walking up from node i - 1 while above p, and counts node i's ancestors (its depth);
+  // both walks follow parent links that strictly decrease, so they end even on invalid input.
+  // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
+  // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
+  // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
+  // Contains block barriers: every thread calls it.
+  auto tree_structure = [&](const void* parents, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
+    for (int i = tid; i < Tp; i += kThreads) {
+      const int64_t v = load_index(parents, parents64, int64_t(b) * Tp + i);
+      par[i] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever i is
+    }
+    if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
+    __syncthreads();
+    for (int i = tid; i < m; i += kThreads) {
+      const int pa = par[i];
+      bool ok = pa >= -1 && pa < i;
+      if (ok && pa >= 0) {
+        int x = i - 1;
+        while (x > pa) {
+          const int up = par[x];
+          if (up < -1 || up >= x) break;
+          x = up;
+        }
+        ok = x == pa;
+      }
+      int d = 0;
+      for (int x = i; ok && x >= 0; ++d) {
+        const int up = par[x];
+        if (up < -1 || up >= x) ok = false;
+        x = up;
+      }
+      depth[i] = d;
+      if (!ok) atomicMin(&info[0], i);
+    }
+    __syncthreads();
+    const int valid = info[0];
+    if (!as_path) return valid < m ? valid : m;
+    if (tid == 0) {  // the path root..accp, in order (none unless the whole tree is valid)
+      const int cnt = valid == Tp ? (accp >= 0 ? depth[accp] : 0) : -1;
+      int x = int(accp);
+      for (int j = cnt - 1; j >= 0; --j, x = par[x]) order[j] = x;
+      info[1] = cnt;
+    }
+    __syncthreads();
+    return info[1];
+  };
+
+  // ---- staging: k (and q) as fp32, v of our columns, decay and beta of n tokens ----
+  // token_of(j): the j-th staged token's index in src (a commit path's order[] or j itself).
+  using T2 = typename Pair<T>::type;
+  auto stage = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw) {
+    const T* qg = static_cast<const T*>(src.q);
+    const T* kg = static_cast<const T*>(src.k);
+    const T* vg = static_cast<const T*>(src.v);
+    const int kinds = with_q ? 2 : 1;
+    // k/q: nt * kinds vectors of 16 chunks of 8 elements; chunk c -> segment c / 4, offset 8 (c % 4)
+    const int chunks = nt * kinds * 16;
+    for (int w = tid; w < chunks; w += kThreads) {
+      const int vec = w >> 4, c = w & 15;
+      const int j = vec / kinds, kind = vec % kinds;
+      const int t = use_order ? order[j] : j;
+      const T* s = kind == 0 ? kg + int64_t(b) * src.k_sb + int64_t(t) * src.k_st + int64_t(hq) * src.k_sh
+                             : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
+      float e[8];
+      load8<T>(s + 8 * c, src.qk16, e);
+      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    }
+    // v[b, t, h, cb*32 .. +31]: 4 chunks per token
+    for (int w = tid; w < nt * 4; w += kThreads) {
+      const int j = w >> 2, c = w & 3;
+      const int t = use_order ? order[j] : j;
+      float e[8];
+      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kCols + 8 * c,
+               src.v16, e);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+    }
+    // decay and beta: thread j for token j (nt <= 64 = kThreads)
+    if (tid < nt) {
+      const int t = use_order ? order[tid] : tid;
+      float g, bt;
+      if (RAW && raw) {
+        raw_gates(p, b, h, &g, &bt);
+      } else {
+        g = src.g[int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h];
+        bt = load_float(src.beta, src.beta_dt, int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h);
+      }
+      dec[tid] = decay_of(g);
+      bet[tid] = bt;
+    }
+  };
+
+  // ---- l2 norms in place: group of 4 lanes (one per segment) per vector, 16 vectors a round ----
+  auto normalize = [&](int nt, bool with_q) {
+    const int kinds = with_q ? 2 : 1;
+    const int nvec = nt * kinds;
+    const int group = tid >> 2;
+    for (int base = 0; base < nvec; base += kThreads / kSegs) {  // same trip count for every lane
+      const int vec = base + group;
+      const bool on = vec < nvec;
+      const int j = vec / kinds, kind = vec % kinds;
+      float* xv = xs + (on ? size_t(j) * kKinds + kind : 0) * kVecFloats + seg * kSegPad;
+      float xr[kSegLen];
+#pragma unroll
+      for (int r = 0; r < kSegLen; ++r) xr[r] = xv[r];
+      float ss = mul(xr[0], xr[0]);
+#pragma unroll
+      for (int r = 1; r < kSegLen; ++r) ss = add(ss, mul(xr[r], xr[r]));
+      ss = combine_segments(ss);
+      const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss, kL2Eps)));
+      if (on) {
+#pragma unroll
+        for (int r = 0; r < kSegLen; ++r) xv[r] = kind == 1 ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
+      }
+    }
+  };
+
+  T2* out = static_cast<T2*>(p.out);
+  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
+
+  // ---- the tokens ----
+  // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
+  // state; its own state S' = S * d_i + kn_i delta_i is formed element by element in one pass that
+  // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
+  // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
+  // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
+  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
+  auto run_tokens = [&](auto mode_tag, int nt) {
+    constexpr Mode PM = decltype(mode_tag)::value;
+    int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
+    int cur = -1;
+    bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
+    float ux = 0.f, uy = 0.f;
+    for (int i = 0; i < nt; ++i) {
+      if (PM == Mode::kTree) {
+        const int pa = par[i];
+        if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
+          const int dp = pa < 0 ? 0 : depth[pa];
+          for (int d = 1; d <= dp; ++d) {
+            const int a = wpath[d];
+            const float da = dec[a];
+            const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
+            const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
+#pragma unroll
+            for (int r = 0; r < kSegLen; ++r) {
+              S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
+              S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
+            }
+          }
+          cur = pa;
+          have_u = false;
+        }
+      }
+      const float di = dec[i], bi = bet[i];
+      const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
+      if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+        ux = mul(mul(S[0].x, di), kn[0]);
+        uy = mul(mul(S[0].y, di), kn[0]);
+#pragma unroll
+        for (int r = 1; r < kSegLen; ++r) {
+          ux = add(ux, mul(mul(S[r].x, di), kn[r]));
+          uy = add(uy, mul(mul(S[r].y, di), kn[r]));
+        }
+      }
+      ux = combine_segments(ux);
+      uy = combine_segments(uy);
+      const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
+      const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+      // the node that continues from S' (its child), or none
+      const int next = i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+      const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
+      if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
+        __syncwarp();
+        if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+        if (lane == 0) wpath[depth[i]] = i;
+        __syncwarp();
+      }
+      constexpr bool kOut = PM != Mode::kCommit;
+      const float* qn = kn + kVecFloats;  // (kOut only)
+      const float dn = next >= 0 ? dec[next] : 0.f;
+      const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
+      float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
+#pragma unroll
+      for (int r = 0; r < kSegLen; ++r) {
+        const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
+        const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
+        if (kOut) {
+          ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
+          oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+        }
+        if (next >= 0) {
+          nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
+          ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
+        }
+        if (keep) S[r] = make_float2(sx, sy);
+      }
+      if (kOut) {
+        ox = combine_segments(ox);
+        oy = combine_segments(oy);
+        if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
+      }
+      if (keep) cur = i;
+      have_u = next >= 0;
+      ux = nx;
+      uy = ny;
+    }
+  };
+
+  auto store_tile = [&]() {
+    float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) *reinterpret_cast<float2*>(dst + r * kHeadV) = S[r];
+  };
+
+  // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
+  if (CIV && live) {
+    const TokenSrc pend = pending_tokens(p);
+    if (c_tree) {
+      nc = tree_structure(pend.parents, pend.parents64, Tc, Tc, true, c_acc);
+      if (nc < 0) live = false;  // an invalid pending tree: nothing written, zero outputs
+    }
+    if (live && nc > 0) {
+      stage(pend, nc, false, c_tree, false);
+      __syncthreads();
+      normalize(nc, false);
+      __syncthreads();
+      run_tokens(ModeTag<Mode::kCommit>{}, nc);
+      store_tile();
+      __syncthreads();  // the staging area is reused by the verify
+    }
+  }
+
+  const TokenSrc src = main_tokens(p, T_);
+  if (tree_commit && live) {  // the path decides which tokens are staged
+    n = tree_structure(src.parents, src.parents64, T_, T_, true, acc);
+    if (n <= 0) live = false;
+  }
+
+  // ---- nothing to run: zero rows (verify and step), no further pool access ----
+  if (!live || n == 0) {
+    if (MODE != Mode::kCommit && seg == 0)
+      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+    return;
+  }
+
+  stage(src, n, MODE != Mode::kCommit, tree_commit, true);
+  if (MODE == Mode::kTree) n = tree_structure(src.parents, src.parents64, T_, n, false, 0);  // rows from n: zeros
+  __syncthreads();
+  normalize(n, MODE != Mode::kCommit);
+  __syncthreads();
+
+  if (MODE == Mode::kTree) {  // the loaded (or just committed) tile, for rebuilding an ancestor's state
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
+  }
+  run_tokens(ModeTag<MODE>{}, n);
+
+  if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
+  if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
+    for (int i = n; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+}
+
+}  // namespace qwen38::gdn
