@@ -74,8 +74,22 @@ __global__ void __launch_bounds__(32 * KSPLIT) fp8_block_skinny_kernel(const Fp8
       }
     }
   };
+  uint4 wq_next[NT][2];
+  load_w(s_begin, wq_next);
 
-  auto compute = [&](int64_t s, const uint4 (&wq)[NT][2], const uint32_t (&xa)[2 * MT][16]) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t kc = s * kStepK + 32 * t;
+    uint4 wq[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wq[nt][0] = wq_next[nt][0];
+      wq[nt][1] = wq_next[nt][1];
+    }
+    load_w(s + 1, wq_next);
+
+    uint32_t xa[2 * MT][16];
+    load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
+
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int64_t n = nb + 8 * nt;  // the tile's 8 rows share one scale row (128 % 8 == 0)
@@ -102,44 +116,6 @@ __global__ void __launch_bounds__(32 * KSPLIT) fp8_block_skinny_kernel(const Fp8
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][mt][i] = __fadd_rn(acc[nt][mt][i], __fmul_rn(blk[mt][i], scale));
-    }
-  };
-
-  // Software pipeline as in the NVFP4 kernel: weights kPrefetch steps ahead (a ring indexed at
-  // compile time), activations one step ahead for 1..16 rows.
-  constexpr int kPrefetch = 2;
-  constexpr bool kPrefetchX = MT == 1;
-  uint4 wbuf[kPrefetch][NT][2];
-#pragma unroll
-  for (int d = 0; d < kPrefetch; ++d) load_w(s_begin + d, wbuf[d]);
-  uint32_t xnext[kPrefetchX ? 2 * MT : 1][16];
-  if constexpr (kPrefetchX) load_activations<T, MT>(xnext, x, p.x_stride, g, s_begin * kStepK + 32 * t, p.m, p.k);
-
-  for (int64_t s0 = s_begin; s0 < s_end; s0 += kPrefetch) {
-#pragma unroll
-    for (int d = 0; d < kPrefetch; ++d) {
-      const int64_t s = s0 + d;
-      if (s < s_end) {
-        uint4 wq[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          wq[nt][0] = wbuf[d][nt][0];
-          wq[nt][1] = wbuf[d][nt][1];
-        }
-        load_w(s + kPrefetch, wbuf[d]);
-        uint32_t xa[2 * MT][16];
-        if constexpr (kPrefetchX) {
-#pragma unroll
-          for (int h = 0; h < 2 * MT; ++h)
-#pragma unroll
-            for (int r = 0; r < 16; ++r) xa[h][r] = xnext[h][r];
-          if (s + 1 < s_end)
-            load_activations<T, MT>(xnext, x, p.x_stride, g, (s + 1) * kStepK + 32 * t, p.m, p.k);
-        } else {
-          load_activations<T, MT>(xa, x, p.x_stride, g, s * kStepK + 32 * t, p.m, p.k);
-        }
-        compute(s, wq, xa);
-      }
     }
   }
 

@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(32 * KSPLIT) nvfp4_skinny_kernel(const Nvfp4Pa
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  // Weight bytes and scales of step s for every tile (zeros past N, K or the warp's range: they
-  // decode to +0 and are never used).
+  // Weight bytes and scales of step s for every tile (zeros past N or K: they decode to +0).
   auto load_w = [&](int64_t s, uint4 (&wq)[NT], uint32_t (&sc)[NT]) {
     const int64_t kc = s * kStepK + 32 * t;
 #pragma unroll
@@ -76,9 +75,28 @@ __global__ void __launch_bounds__(32 * KSPLIT) nvfp4_skinny_kernel(const Nvfp4Pa
       }
     }
   };
+  // one step ahead: the next step's weights are in flight while this one is decoded and multiplied
+  uint4 wq_next[NT];
+  uint32_t sc_next[NT];
+  load_w(s_begin, wq_next, sc_next);
 
-  // One step: decode the NT tiles' weights and multiply them with the (re-paired) activations.
-  auto compute = [&](const uint4 (&wq)[NT], const uint32_t (&sc)[NT], const uint32_t (&xa)[2 * MT][16]) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
+    uint4 wq[NT];
+    uint32_t sc[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wq[nt] = wq_next[nt];
+      sc[nt] = sc_next[nt];
+    }
+    load_w(s + 1, wq_next, sc_next);
+
+    // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row,
+    // re-paired (i, i+4) within each 8 to match the weight pairs
+    uint32_t xa[2 * MT][16];
+    load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
+    pair_by_four<MT>(xa);
+
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
@@ -97,48 +115,6 @@ __global__ void __launch_bounds__(32 * KSPLIT) nvfp4_skinny_kernel(const Nvfp4Pa
             mma_16816<T>(acc[nt][mt], a, b[2 * r], b[2 * r + 1]);
           }
         }
-      }
-    }
-  };
-
-  // Software pipeline: the weights of the next kPrefetch steps are in flight while a step is
-  // decoded (a ring of kPrefetch buffers, indexed at compile time by unrolling kPrefetch steps);
-  // with 1..16 rows the next step's activations are in flight too.
-  constexpr int kPrefetch = 2;
-  constexpr bool kPrefetchX = MT == 1;
-  uint4 wbuf[kPrefetch][NT];
-  uint32_t sbuf[kPrefetch][NT];
-#pragma unroll
-  for (int d = 0; d < kPrefetch; ++d) load_w(s_begin + d, wbuf[d], sbuf[d]);
-  uint32_t xnext[kPrefetchX ? 2 * MT : 1][16];
-  if constexpr (kPrefetchX) load_activations<T, MT>(xnext, x, p.x_stride, g, s_begin * kStepK + 32 * t, p.m, p.k);
-
-  for (int64_t s0 = s_begin; s0 < s_end; s0 += kPrefetch) {
-#pragma unroll
-    for (int d = 0; d < kPrefetch; ++d) {
-      const int64_t s = s0 + d;
-      if (s < s_end) {
-        uint4 wq[NT];
-        uint32_t sc[NT];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          wq[nt] = wbuf[d][nt];
-          sc[nt] = sbuf[d][nt];
-        }
-        load_w(s + kPrefetch, wbuf[d], sbuf[d]);
-        uint32_t xa[2 * MT][16];
-        if constexpr (kPrefetchX) {
-#pragma unroll
-          for (int h = 0; h < 2 * MT; ++h)
-#pragma unroll
-            for (int r = 0; r < 16; ++r) xa[h][r] = xnext[h][r];
-          if (s + 1 < s_end)
-            load_activations<T, MT>(xnext, x, p.x_stride, g, (s + 1) * kStepK + 32 * t, p.m, p.k);
-        } else {
-          load_activations<T, MT>(xa, x, p.x_stride, g, s * kStepK + 32 * t, p.m, p.k);
-        }
-        pair_by_four<MT>(xa);  // (i, i+4) pairs within each 8, as the weight pairs
-        compute(wq, sc, xa);
       }
     }
   }
