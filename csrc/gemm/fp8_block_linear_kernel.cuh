@@ -40,7 +40,7 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_
 }
 
 template <typename T, int MT, int KSPLIT, int NT>
-__global__ void __launch_bounds__(32 * KSPLIT) fp8_block_skinny_kernel(const Fp8BlockParams p) {
+__global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) fp8_block_skinny_kernel(const Fp8BlockParams p) {
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

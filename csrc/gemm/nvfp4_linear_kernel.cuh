@@ -38,7 +38,7 @@ namespace qwen38::gemm {
 // T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block (k
 // split); NT: 8-row weight tiles per warp.
 template <typename T, int MT, int KSPLIT, int NT>
-__global__ void __launch_bounds__(32 * KSPLIT) nvfp4_skinny_kernel(const Nvfp4Params p) {
+__global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) nvfp4_skinny_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   __shared__ float partial[KSPLIT][MT * 16][8];
 
