@@ -136,7 +136,7 @@ def test_chunked_rows_are_bit_identical_to_one_row_calls():
 @pytest.mark.gpu
 def test_auto_picks_by_the_threshold():
     """auto == chunked below the threshold and == dequant at and above it (QWEN38_NVFP4_PREFILL_ROWS
-    and the built-in rule: 128 rows for N < 1024, 512 from N = 1024)."""
+    and the built-in rule: 128 rows for N < 1024, 64 from N = 1024)."""
     n, k = 1000, 5120
     w = _weight_cached(n, k, "cuda")
     x = qt.randn_nonzero(300, k, device="cuda", seed=31)

@@ -43,16 +43,15 @@
 namespace qwen38::gemm {
 
 // Rows from which "auto" takes the dequant strategy; a function of the weight shape only.
-// Analytic until measured (the lead's sweep will replace it): per 32 rows the chunked path streams
-// the NVFP4 weight once (0.5625 N K bytes); the dequant path pays a fixed ~4.6 N K bytes (read the
-// NVFP4 weight, write and re-read N K bf16) plus the GEMM, whose time per row (2 N K flops at the
-// dense bf16 rate) is below the chunked path's per-row read time. With the H200's ~4.5 TB/s and
-// ~600 TFLOP/s the break-even is near 500 rows for the model's large weights. Narrow weights
-// (N < 1024) leave most SMs idle in the skinny kernel (N / 8 blocks) while their GEMM costs little:
-// the break-even there is a few chunks.
+// Measured on the H200 (benchmarks/results/h200/NOTES.md, 34816x5120): the chunked path streams the
+// NVFP4 weight once per 32 rows at the skinny kernel's speed (about 110-130 us a chunk today, far
+// from the read ceiling), the dequant path costs a fixed ~106 us (dequantize + epilogue) over cuBLAS
+// (95 us at 128 rows, 556 us at 1024): dequant wins from about 64 rows (2 chunks ~240 us vs ~200
+// us). Narrow weights (N < 1024) stream fast in the skinny kernel while their dequantize and GEMM
+// launches dominate: 128 rows (not measured).
 int64_t nvfp4_prefill_dequant_rows(int64_t n, int64_t k) {
   (void)k;
-  return n < 1024 ? 128 : 512;
+  return n < 1024 ? 128 : 64;
 }
 
 namespace {
