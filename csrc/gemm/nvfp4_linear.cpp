@@ -43,11 +43,10 @@
 namespace qwen38::gemm {
 
 // Rows from which "auto" takes the dequant strategy; a function of the weight shape only.
-// Measured on the H200 (benchmarks/results/h200/NOTES.md, 34816x5120): the chunked path streams the
-// NVFP4 weight once per 32 rows at the skinny kernel's speed (about 110-130 us a chunk today, far
-// from the read ceiling), the dequant path costs a fixed ~106 us (dequantize + epilogue) over cuBLAS
-// (95 us at 128 rows, 556 us at 1024): dequant wins from about 64 rows (2 chunks ~240 us vs ~200
-// us). Narrow weights (N < 1024) stream fast in the skinny kernel while their dequantize and GEMM
+// Measured on the H200 (benchmarks/results/h200/nvfp4_v3_reverted.md, 34816x5120): at 128 rows the
+// chunked path took 533 us (the weight streamed once per 32 rows at the skinny kernel's speed) and
+// the dequant path 228 us (cuBLAS alone 95 us); at 1024 rows dequant 712 us, cuBLAS 556 us. With a
+// fixed ~130 us of dequantize + epilogue, dequant wins from about 64 rows (2 chunks ~240 us). Narrow weights (N < 1024) stream fast in the skinny kernel while their dequantize and GEMM
 // launches dominate: 128 rows (not measured).
 int64_t nvfp4_prefill_dequant_rows(int64_t n, int64_t k) {
   (void)k;
