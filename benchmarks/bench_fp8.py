@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from qwen38_kernels import bench  # noqa: F401  (the package import registers torch.ops.qwen38)
 from qwen38_kernels import formats_fp8 as f8
+from qwen38_kernels.shapes import WEIGHT_SHAPES
 
 OP = "fp8_block_linear"
 DEVICE = "cuda"
@@ -57,15 +58,8 @@ class Shape:
 
 
 # MODEL.md, "Weights one decode step reads": the speed targets, largest first.
-SHAPES = (
-    Shape(34816, 5120, "gate+up"),
-    Shape(17408, 5120, "gate or up"),
-    Shape(5120, 17408, "down"),
-    Shape(12288, 5120, "attn q(+gate)"),
-    Shape(10240, 5120, "gdn qkv"),
-    Shape(6144, 5120, "gdn z"),
-    Shape(5120, 6144, "o_proj/out_proj"),
-)
+SHAPES = tuple(Shape(w.n, w.k, w.label) for w in WEIGHT_SHAPES  # the unfused ones of 6 MB and more
+               if w.n * w.k >= 6144 * 5120 and w.label not in ("gdn qkv+z", "attn q+k+v"))
 
 
 # ---- bytes ---------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen38_kernels import bench, formats  # the package import registers torch.ops.qwen38
+from qwen38_kernels.shapes import WEIGHT_SHAPES
 
 OP = "nvfp4_linear"
 DEVICE = "cuda"
@@ -64,20 +65,7 @@ class Shape:
 
 
 # MODEL.md, "Weights one decode step reads", fused and unfused, largest first.
-SHAPES = (
-    Shape(34816, 5120, "gate+up"),
-    Shape(17408, 5120, "gate or up"),
-    Shape(5120, 17408, "down"),
-    Shape(16384, 5120, "gdn qkv+z"),
-    Shape(14336, 5120, "attn q+k+v"),
-    Shape(12288, 5120, "attn q(+gate)"),
-    Shape(10240, 5120, "gdn qkv"),
-    Shape(6144, 5120, "gdn z"),
-    Shape(5120, 6144, "o_proj/out_proj"),
-    Shape(1024, 5120, "attn k or v"),
-    Shape(96, 5120, "gdn b+a"),
-    Shape(48, 5120, "gdn b or a"),
-)
+SHAPES = tuple(Shape(w.n, w.k, w.label) for w in WEIGHT_SHAPES)
 
 
 # Prefill: the weights of 45 MB and more in NVFP4 (quick: the first only).
