@@ -39,16 +39,42 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_
   return nvfp4::as_u32(__floats2bfloat162_rn(f.x, f.y));
 }
 
+// Register cap (as the NVFP4 kernel): 128 where the variant fits, else 168; no spill allowed.
+template <int MT, int NT>
+constexpr int kFp8Regs = MT == 2 && NT >= 2 ? 208 : MT == 2 || NT == 4 ? 168 : 128;
+constexpr int kFp8PrefetchSteps = 4;  // L2 prefetch distance (steps of 128 k), one lane per row
+
 template <typename T, int MT, int KSPLIT, int NT>
-__global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) fp8_block_skinny_kernel(const Fp8BlockParams p) {
+__global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp8BlockParams p) {
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t nb = int64_t(blockIdx.x) * 8 * NT;
-  const int64_t steps = (p.k + kStepK - 1) / kStepK;  // = scale columns
-  const int64_t s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
+  const int k = int(p.k), m = int(p.m);
+  const int steps = (k + kStepK - 1) / kStepK;  // = scale columns
+  const int s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
   const T* __restrict__ x = static_cast<const T*>(p.x);
+  const bool last_set = m > 8 * (2 * MT - 1);  // as in the NVFP4 kernel
+
+  // Pointers at this warp's first step, advanced two steps per iteration. Rows past N read row
+  // N - 1 (valid memory; their outputs are never stored). A 16-k half past K (K % 128 != 0, the
+  // last step) reads the row's last 16 bytes instead: its activations are zeros, and a checkpoint's
+  // e4m3 weights are finite, so it adds exact zeros.
+  const int kc0 = s_begin * kStepK + 32 * t;
+  const uint8_t* wp[NT];
+  const float* scp[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int64_t n = min(nb + 8 * nt + g, p.n - 1);
+    wp[nt] = p.w + n * p.k + kc0;
+    scp[nt] = p.scale + (min(nb + 8 * nt, p.n - 1) / 128) * steps + s_begin;  // the tile's 8 rows share it
+  }
+  const bool pf_lane = lane < 8 * NT;
+  const uint8_t* pf_w = p.w + min(nb + lane, p.n - 1) * p.k + s_begin * kStepK;
+  const T* xp[2 * MT];
+#pragma unroll
+  for (int h = 0; h < 2 * MT; ++h) xp[h] = x + int64_t(g + 8 * h) * p.x_stride + kc0;
 
   pdl_wait();
   pdl_allow();
@@ -61,39 +87,66 @@ __global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) fp8_block_skinny_kernel(con
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  auto load_w = [&](int64_t s, uint4 (&wq)[NT][2]) {
-    const int64_t kc = s * kStepK + 32 * t;  // K % 16 == 0: halves of 16 are all in or all out
+  // weights and scales of step s = s_begin + (pointer offset) + i
+  auto load_w = [&](int i, int s, uint4 (&wq)[NT][2], float (&sc)[NT]) {
+    if ((s + 1) * kStepK > k) {  // warp-uniform: the one partial step
+      const int kc = s * kStepK + 32 * t;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int64_t n = nb + 8 * nt + g;
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        wq[nt][h] = make_uint4(0, 0, 0, 0);
-        if (s < s_end && n < p.n && kc + 16 * h < p.k)
-          wq[nt][h] = __ldg(reinterpret_cast<const uint4*>(p.w + n * p.k + kc + 16 * h));
+        for (int h = 0; h < 2; ++h) {
+          const int back = max(0, kc + 16 * h + 16 - k);
+          wq[nt][h] = __ldg(reinterpret_cast<const uint4*>(wp[nt] + i * kStepK + 16 * h - back));
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wq[nt][h] = __ldg(reinterpret_cast<const uint4*>(wp[nt] + i * kStepK + 16 * h));
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) sc[nt] = __ldg(scp[nt] + i);
+    if (pf_lane && s + kFp8PrefetchSteps < s_end) {  // this lane's row, 128 bytes = one step
+      prefetch_l2(pf_w + (i + kFp8PrefetchSteps) * kStepK);
+    }
+  };
+
+  // A fragments of the step's 8 mmas (natural k order), as the NVFP4 kernel builds them: rows
+  // >= m and a skipped last set are never written and stay zero.
+  uint32_t af[MT][8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) af[mt][j][i] = 0u;
+
+  auto load_x = [&](int i, int s) {
+    const int kc = s * kStepK + 32 * t;
+    const bool full = (s + 1) * kStepK <= k;
+#pragma unroll
+    for (int h = 0; h < 2 * MT; ++h) {
+      if (h == 2 * MT - 1 && !last_set) break;
+      if (g + 8 * h < m) {
+        const uint4* src = reinterpret_cast<const uint4*>(xp[h] + i * kStepK);
+        const int mt = h / 2, hi = h % 2;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (full || kc + 8 * q < k) v = src[q];
+          // register r (elements 2r, 2r+1) of the row = pair r: fragment j = r / 2, slot hi + 2 (r % 2)
+          af[mt][2 * q][hi] = v.x;
+          af[mt][2 * q][hi + 2] = v.y;
+          af[mt][2 * q + 1][hi] = v.z;
+          af[mt][2 * q + 1][hi + 2] = v.w;
+        }
       }
     }
   };
-  uint4 wq_next[NT][2];
-  load_w(s_begin, wq_next);
 
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    const int64_t kc = s * kStepK + 32 * t;
-    uint4 wq[NT][2];
+  auto compute = [&](const uint4 (&wq)[NT][2], const float (&sc)[NT]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      wq[nt][0] = wq_next[nt][0];
-      wq[nt][1] = wq_next[nt][1];
-    }
-    load_w(s + 1, wq_next);
-
-    uint32_t xa[2 * MT][16];
-    load_activations<T, MT>(xa, x, p.x_stride, g, kc, p.m, p.k);
-
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int64_t n = nb + 8 * nt;  // the tile's 8 rows share one scale row (128 % 8 == 0)
-      const float scale = n < p.n ? __ldg(p.scale + (n / 128) * steps + s) : 0.0f;
       const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
                               wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
       float blk[MT][4];
@@ -106,17 +159,35 @@ __global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) fp8_block_skinny_kernel(con
         const uint32_t b0 = e4m3x2_to<T>(uint16_t(wr[j] & 0xffffu));
         const uint32_t b1 = e4m3x2_to<T>(uint16_t(wr[j] >> 16));
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          uint32_t a[4];
-          a_fragment<MT>(a, xa, mt, j);
-          mma_16816<T>(blk[mt], a, b0, b1);
-        }
+        for (int mt = 0; mt < MT; ++mt) mma_16816<T>(blk[mt], af[mt][j], b0, b1);
       }
+      const float scale = sc[nt];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][mt][i] = __fadd_rn(acc[nt][mt][i], __fmul_rn(blk[mt][i], scale));
     }
+  };
+
+  uint4 wa[NT][2], wb[NT][2];
+  float sa[NT], sb[NT];
+  if (s_begin < s_end) load_w(0, s_begin, wa, sa);
+  for (int s = s_begin; s < s_end; s += 2) {
+    if (s + 1 < s_end) load_w(1, s + 1, wb, sb);
+    load_x(0, s);
+    compute(wa, sa);
+    if (s + 1 >= s_end) break;
+    if (s + 2 < s_end) load_w(2, s + 2, wa, sa);
+    load_x(1, s + 1);
+    compute(wb, sb);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wp[nt] += 2 * kStepK;
+      scp[nt] += 2;
+    }
+#pragma unroll
+    for (int h = 0; h < 2 * MT; ++h) xp[h] += 2 * kStepK;
+    pf_w += 2 * kStepK;
   }
 
   // per tile: partials of the KSPLIT warps in warp order, bias, one rounding (x 1 x 1: exact)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Profiles the decode kernels with Nsight Compute (one launch each, after warm-up) into OUT/ncu.txt:
+# speed of light, pipes, scheduler and warp-stall sections, the register/occupancy launch stats.
+#   bash scripts/ncu_profile.sh OUT_DIR [CASE ...]   CASE = "name:args" as scripts/profile_kernels.py
+# Default cases: nvfp4 34816x5120 at 1/16/32 rows, fp8 at 1 row, head at 1 row, GDN step/chain/tree.
+set -uo pipefail
+out=${1:?usage: ncu_profile.sh OUT_DIR [CASE ...]}; shift
+cases=("$@")
+[ ${#cases[@]} = 0 ] && cases=("nvfp4:1" "nvfp4:16" "nvfp4:32" "fp8:1" "head:1" "step:1" "chain:16" "tree:32")
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+sections="--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats \
+ --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats"
+for c in "${cases[@]}"; do
+  name=${c%%:*}; args=${c#*:}
+  case $name in
+    nvfp4) k="regex:nvfp4_skinny" ;; fp8) k="regex:fp8_block" ;; head) k="regex:head" ;;
+    *) k="regex:gdn_kernel" ;;
+  esac
+  echo "==== $c" >> "$out/ncu.txt"
+  timeout 120 "$ncu_bin" --kernel-name "$k" --launch-skip 2 --launch-count 1 $sections \
+    python3 scripts/profile_kernels.py $name ${args//:/ } >> "$out/ncu.txt" 2>&1 || echo "ncu failed for $c" >> "$out/ncu.txt"
+done

@@ -1,0 +1,73 @@
+"""Runs one kernel case a few times, for a profiler (ncu) to capture; no timing of its own.
+
+    ncu --kernel-name regex:skinny --launch-skip 2 --launch-count 1 python3 scripts/profile_kernels.py nvfp4 1
+
+Cases: nvfp4 M [N K], fp8 M [N K], head M, step B, chain T, tree N. Random data of the real shapes
+(weights are random bytes: their values do not change the work a kernel does).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import qwen38_kernels  # noqa: F401  (registers torch.ops.qwen38)
+
+OPS = torch.ops.qwen38
+DEV = "cuda"
+
+
+def _x(m: int, k: int) -> torch.Tensor:
+    return torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+
+
+def case(name: str, a: int, n: int = 34816, k: int = 5120):
+    if name == "nvfp4":
+        w = torch.randint(0, 256, (n, k // 2), device=DEV, dtype=torch.uint8)
+        s = (torch.rand(n, k // 16, device=DEV) * 2 + 0.5).to(torch.float8_e4m3fn)
+        gs = torch.tensor([0.01], device=DEV)
+        x = _x(a, k)
+        return lambda: OPS.nvfp4_linear(x, w, s, gs, None, None)
+    if name == "fp8":
+        w = (torch.randn(n, k, device=DEV) * 0.5).to(torch.float8_e4m3fn)
+        s = torch.rand((n + 127) // 128, (k + 127) // 128, device=DEV) + 0.5
+        x = _x(a, k)
+        return lambda: OPS.fp8_block_linear(x, w, s, None, None)
+    if name == "head":
+        w = torch.randn(248320, 5120, device=DEV, dtype=torch.bfloat16)
+        x = _x(a, 5120)
+        return lambda: OPS.head_logits(x, w)
+    bf = torch.bfloat16
+    t = 1 if name == "step" else a
+    b = a if name == "step" else 1
+    q, kk = (torch.randn(b, t, 16, 128, device=DEV).to(bf) for _ in range(2))
+    v = torch.randn(b, t, 48, 128, device=DEV).to(bf)
+    g = -torch.rand(b, t, 48, device=DEV) * 0.5
+    beta = torch.sigmoid(torch.randn(b, t, 48, device=DEV)).to(bf)
+    pool = torch.randn(b, 48, 128, 128, device=DEV) * 0.05
+    slots = torch.arange(b, device=DEV, dtype=torch.int32)
+    if name == "step":
+        return lambda: OPS.gdn_step(q[:, 0], kk[:, 0], v[:, 0], g[:, 0], beta[:, 0], pool, slots)
+    if name == "chain":
+        return lambda: OPS.gdn_chain_verify(q, kk, v, g, beta, pool, slots)
+    if name == "tree":
+        sys.path.insert(0, "benchmarks")
+        from bench_gdn import tree_parents
+        par = torch.tensor([tree_parents(t)], device=DEV, dtype=torch.int32)
+        return lambda: OPS.gdn_tree_verify(q, kk, v, g, beta, pool, slots, par)
+    raise SystemExit(f"unknown case {name!r}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    fn = case(argv[0], *(int(a) for a in argv[1:]))
+    for _ in range(4):
+        fn()
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
