@@ -436,17 +436,20 @@ def test_graph_equals_eager_and_deterministic(op):
     pool = pool0.clone()
     slots = torch.tensor([2, -1, 0], device="cuda")
     par = torch.tensor([[-1, 0, 1, 0, 3, 3, -1, 6]] * 3, device="cuda")
+    # device tensors made before the capture (a host-to-device copy cannot be captured)
+    lengths = torch.tensor([8, 3, 5], device="cuda")
+    accepted = torch.tensor([5, 2, 7], device="cuda")
 
     def fn():
         pool.copy_(pool0)
         if op == "step":
             o = OPS.gdn_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], pool, slots)
         elif op == "chain":
-            o = OPS.gdn_chain_verify(q, k, v, g, beta, pool, slots, torch.tensor([8, 3, 5], device="cuda"))
+            o = OPS.gdn_chain_verify(q, k, v, g, beta, pool, slots, lengths)
         elif op == "tree":
             o = OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, par)
         else:
-            OPS.gdn_commit(k, v, g, beta, pool, slots, torch.tensor([5, 2, 7], device="cuda"), par)
+            OPS.gdn_commit(k, v, g, beta, pool, slots, accepted, par)
             o = pool[:1, :1, :1, :1] * 0
         return o, pool.clone()
 

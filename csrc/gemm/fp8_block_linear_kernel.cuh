@@ -42,7 +42,6 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_
 // Register cap (as the NVFP4 kernel): 128 where the variant fits, else 168; no spill allowed.
 template <int MT, int NT>
 constexpr int kFp8Regs = MT == 2 && NT >= 2 ? 208 : MT == 2 || NT == 4 ? 168 : 128;
-constexpr int kFp8PrefetchSteps = 4;  // L2 prefetch distance (steps of 128 k), one lane per row
 
 template <typename T, int MT, int KSPLIT, int NT>
 __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp8BlockParams p) {
@@ -57,7 +56,7 @@ __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp
   const T* __restrict__ x = static_cast<const T*>(p.x);
   const bool last_set = m > 8 * (2 * MT - 1);  // as in the NVFP4 kernel
 
-  // Pointers at this warp's first step, advanced two steps per iteration. Rows past N read row
+  // Pointers at this warp's first step, advanced one step per iteration. Rows past N read row
   // N - 1 (valid memory; their outputs are never stored). A 16-k half past K (K % 128 != 0, the
   // last step) reads the row's last 16 bytes instead: its activations are zeros, and a checkpoint's
   // e4m3 weights are finite, so it adds exact zeros.
@@ -70,8 +69,6 @@ __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp
     wp[nt] = p.w + n * p.k + kc0;
     scp[nt] = p.scale + (min(nb + 8 * nt, p.n - 1) / 128) * steps + s_begin;  // the tile's 8 rows share it
   }
-  const bool pf_lane = lane < 8 * NT;
-  const uint8_t* pf_w = p.w + min(nb + lane, p.n - 1) * p.k + s_begin * kStepK;
   const T* xp[2 * MT];
 #pragma unroll
   for (int h = 0; h < 2 * MT; ++h) xp[h] = x + int64_t(g + 8 * h) * p.x_stride + kc0;
@@ -87,7 +84,7 @@ __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  // weights and scales of step s = s_begin + (pointer offset) + i
+  // weights and scales of step s = (the pointers' step) + i
   auto load_w = [&](int i, int s, uint4 (&wq)[NT][2], float (&sc)[NT]) {
     if ((s + 1) * kStepK > k) {  // warp-uniform: the one partial step
       const int kc = s * kStepK + 32 * t;
@@ -106,9 +103,6 @@ __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) sc[nt] = __ldg(scp[nt] + i);
-    if (pf_lane && s + kFp8PrefetchSteps < s_end) {  // this lane's row, 128 bytes = one step
-      prefetch_l2(pf_w + (i + kFp8PrefetchSteps) * kStepK);
-    }
   };
 
   // A fragments of the step's 8 mmas (natural k order), as the NVFP4 kernel builds them: rows
@@ -169,25 +163,31 @@ __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp
     }
   };
 
-  uint4 wa[NT][2], wb[NT][2];
-  float sa[NT], sb[NT];
-  if (s_begin < s_end) load_w(0, s_begin, wa, sa);
-  for (int s = s_begin; s < s_end; s += 2) {
-    if (s + 1 < s_end) load_w(1, s + 1, wb, sb);
-    load_x(0, s);
-    compute(wa, sa);
-    if (s + 1 >= s_end) break;
-    if (s + 2 < s_end) load_w(2, s + 2, wa, sa);
-    load_x(1, s + 1);
-    compute(wb, sb);
+  // One step per iteration (a body unrolled by two, with two weight buffers in turn, measured
+  // slower on the H200 at 8..32 rows: likely its instruction footprint): the next step's weights
+  // are in flight while this one is decoded and multiplied; the pointers then advance one step.
+  uint4 wn[NT][2];
+  float sn[NT];
+  if (s_begin < s_end) load_w(0, s_begin, wn, sn);
+  for (int s = s_begin; s < s_end; ++s) {
+    uint4 wc[NT][2];
+    float scc[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      wp[nt] += 2 * kStepK;
-      scp[nt] += 2;
+      wc[nt][0] = wn[nt][0];
+      wc[nt][1] = wn[nt][1];
+      scc[nt] = sn[nt];
+    }
+    if (s + 1 < s_end) load_w(1, s + 1, wn, sn);
+    load_x(0, s);
+    compute(wc, scc);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wp[nt] += kStepK;
+      scp[nt] += 1;
     }
 #pragma unroll
-    for (int h = 0; h < 2 * MT; ++h) xp[h] += 2 * kStepK;
-    pf_w += 2 * kStepK;
+    for (int h = 0; h < 2 * MT; ++h) xp[h] += kStepK;
   }
 
   // per tile: partials of the KSPLIT warps in warp order, bias, one rounding (x 1 x 1: exact)

@@ -60,7 +60,6 @@ constexpr int kHeadTiles = 4;                 // n-tiles of 8 weight rows per wa
 constexpr int kHeadCols = 8 * kHeadTiles;     // columns (weight rows) per task: 32 = one warp's lanes
 constexpr int kHeadGroups = 2;                // 32-k groups per pipeline step
 constexpr int kHeadGroupK = 32;               // k per group: 4 threads x 8 elements
-constexpr int kHeadPrefetch = 4;              // L2 prefetch distance, pipeline steps
 constexpr int kHeadPitch = kHeadCols + 8;     // floats per partial row: 64-bit fragment stores of a
                                               // half warp (g 0..3 x t) land on 32 distinct banks
 static_assert(kHeadCols == 32, "the greedy epilogue maps a task's columns onto the 32 lanes of a warp");
@@ -140,25 +139,6 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
   };
 
-  // L2 prefetch kHeadPrefetch steps ahead of the register loads (across task boundaries): lane l
-  // owns row l of the task and prefetches the lines of its G x 32 k (128 bytes at 16-bit) of that
-  // step. The register loads then find their bytes in L2: more bytes in flight than the registers
-  // could hold, at the cost of two prefetch instructions a step.
-  auto prefetch = [&](int64_t task_, int64_t s) {
-    if (s >= nsteps) {
-      s -= nsteps;
-      task_ += gridDim.x;
-    }
-    const int64_t col = task_ * kHeadCols + lane;
-    const int64_t q = q_begin + s * G;
-    if (task_ < ntasks && col < p.v && q < q_end) {
-      const char* a = reinterpret_cast<const char*>(w + col * p.k + q * kHeadGroupK);
-      const int64_t bytes = (min(q_end, q + G) * kHeadGroupK - q * kHeadGroupK) * int64_t(sizeof(T));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a + bytes - 1));
-    }
-  };
-
   uint4 w_next[NT][G];
   int64_t task = blockIdx.x;
   if (task < ntasks && nsteps > 0) load_w(task, 0, w_next);
@@ -184,7 +164,6 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
       } else if (task + gridDim.x < ntasks) {
         load_w(task + gridDim.x, 0, w_next);
       }
-      if (kHeadPrefetch < nsteps) prefetch(task, s + 1 + kHeadPrefetch);
 
       // activations of this step: rows g + 8h (h < 2 MT), 8 values at 32q + 8t each
       uint4 xa[G][2 * MT];

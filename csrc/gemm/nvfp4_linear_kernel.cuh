@@ -40,12 +40,6 @@ namespace qwen38::gemm {
 template <int MT, int NT>
 constexpr int kSkinnyRegs = MT == 2 && NT >= 2 ? 208 : MT == 2 || NT == 4 ? 168 : 128;
 
-// Weight prefetch distance (steps of 128 k): each lane of a warp owns one of the warp's 8 NT weight
-// rows and prefetches that row's bytes of step s + kPrefetchSteps into L2 (prefetch.global.L2, one
-// line a step; the bulk prefetch takes warp-uniform addresses and would serialize over the lanes),
-// so that the register loads one step ahead hit L2.
-constexpr int kPrefetchSteps = 4;
-
 // T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block (k
 // split); NT: 8-row weight tiles per warp.
 template <typename T, int MT, int KSPLIT, int NT>
@@ -64,8 +58,8 @@ __global__ void __maxnreg__((kSkinnyRegs<MT, NT>)) nvfp4_skinny_kernel(const Nvf
   // rows of the last 8-row set present (m > 8 for MT 1, m > 24 for MT 2): else it is never loaded
   const bool last_set = m > 8 * (2 * MT - 1);
 
-  // Pointers at this warp's first step, advanced two steps at a time (the unrolled loop below
-  // addresses the second step with an immediate offset). Rows past N read row N - 1 instead (valid
+  // Pointers at this warp's first step, advanced one step per iteration (the next step's loads
+  // take an immediate offset). Rows past N read row N - 1 instead (valid
   // memory; their outputs are never stored, and an output only reads its own B column), so no load
   // needs a row predicate.
   const int kc0 = s_begin * kStepK + 32 * t;  // this thread's first k
@@ -77,11 +71,6 @@ __global__ void __maxnreg__((kSkinnyRegs<MT, NT>)) nvfp4_skinny_kernel(const Nvf
     wp[nt] = p.w + n * kb + kc0 / 2;
     sp[nt] = p.scale + n * ks + kc0 / 16;
   }
-  // L2 prefetch stream: lane l < 8 NT owns weight row nb + l (kPrefetchSteps ahead)
-  const bool pf_lane = lane < 8 * NT;
-  const int64_t pf_n = min(nb + lane, p.n - 1);
-  const uint8_t* pf_w = p.w + pf_n * kb + s_begin * (kStepK / 2);
-  const uint8_t* pf_s = p.scale + pf_n * ks + s_begin * (kStepK / 16);
   // activation rows g + 8h at this warp's first step (rows >= m are never read)
   const T* xp[2 * MT];
 #pragma unroll
@@ -103,7 +92,7 @@ __global__ void __maxnreg__((kSkinnyRegs<MT, NT>)) nvfp4_skinny_kernel(const Nvf
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  // Weights and scales of step s_begin + i (i = 0, 1, 2 relative to the pointers).
+  // Weights and scales of step s = (the pointers' step) + i.
   auto load_w = [&](int i, int s, uint4 (&wq)[NT], uint32_t (&sc)[NT]) {
     if (partial_tail && s == steps - 1) {  // warp-uniform: the one partial step
 #pragma unroll
@@ -117,12 +106,6 @@ __global__ void __maxnreg__((kSkinnyRegs<MT, NT>)) nvfp4_skinny_kernel(const Nvf
         wq[nt] = __ldg(reinterpret_cast<const uint4*>(wp[nt] + i * (kStepK / 2)));
         sc[nt] = __ldg(reinterpret_cast<const unsigned short*>(sp[nt] + i * (kStepK / 16)));
       }
-    }
-    // L2 prefetch of this lane's row kPrefetchSteps past s: the line holding that step's 64
-    // weight bytes, and the scales' line when the step starts one (16 steps)
-    if (pf_lane && s + kPrefetchSteps < s_end) {
-      prefetch_l2(pf_w + (i + kPrefetchSteps) * (kStepK / 2));
-      if (((s + kPrefetchSteps) & 15) == 0) prefetch_l2(pf_s + (i + kPrefetchSteps) * (kStepK / 16));
     }
   };
 
@@ -191,28 +174,30 @@ __global__ void __maxnreg__((kSkinnyRegs<MT, NT>)) nvfp4_skinny_kernel(const Nvf
     }
   };
 
-  // Two weight buffers in turn (no register copies): the next step's weights are in flight while
-  // this one is decoded and multiplied. Steps s (buffer a) and s + 1 (buffer b) per iteration.
-  uint4 wa[NT], wb[NT];
-  uint32_t sa[NT], sb[NT];
-  if (s_begin < s_end) load_w(0, s_begin, wa, sa);
-  for (int s = s_begin; s < s_end; s += 2) {
-    if (s + 1 < s_end) load_w(1, s + 1, wb, sb);
-    load_x(0, s);
-    compute(wa, sa);
-    if (s + 1 >= s_end) break;
-    if (s + 2 < s_end) load_w(2, s + 2, wa, sa);
-    load_x(1, s + 1);
-    compute(wb, sb);
+  // One step per iteration (a body unrolled by two, with two weight buffers in turn, measured
+  // slower on the H200 at 8..32 rows: likely its instruction footprint): the next step's weights
+  // are in flight while this one is decoded and multiplied; the pointers then advance one step.
+  uint4 wn[NT];
+  uint32_t sn[NT];
+  if (s_begin < s_end) load_w(0, s_begin, wn, sn);
+  for (int s = s_begin; s < s_end; ++s) {
+    uint4 wc[NT];
+    uint32_t scc[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      wp[nt] += kStepK;  // two steps: 2 x 64 bytes
-      sp[nt] += kStepK / 8;
+      wc[nt] = wn[nt];
+      scc[nt] = sn[nt];
+    }
+    if (s + 1 < s_end) load_w(1, s + 1, wn, sn);
+    load_x(0, s);
+    compute(wc, scc);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wp[nt] += kStepK / 2;
+      sp[nt] += kStepK / 16;
     }
 #pragma unroll
-    for (int h = 0; h < 2 * MT; ++h) xp[h] += 2 * kStepK;
-    pf_w += kStepK;
-    pf_s += kStepK / 8;
+    for (int h = 0; h < 2 * MT; ++h) xp[h] += kStepK;
   }
 
   // ---- per tile: partials of the KSPLIT warps in warp order, x 2^7, global scale, bias, one rounding

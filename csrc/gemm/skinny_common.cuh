@@ -40,18 +40,6 @@ __device__ __forceinline__ void load_activations(uint32_t (&xa)[2 * MT][16], con
   }
 }
 
-// Issues an L2 prefetch of `bytes` (a multiple of 16, at a 16-byte aligned address) with the bulk
-// copy engine (sm_90+): no registers held, no completion tracked. The skinny kernels prefetch their
-// weight rows a few steps ahead so that their register loads find the bytes in L2.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
-}
-
-// One L2 line prefetch (any address).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
-}
-
 // The A fragment of m16 tile mt for mma j (k = kc + 4j + {0,1 | 2,3}).
 template <int MT>
 __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const uint32_t (&xa)[2 * MT][16], int mt, int j) {
