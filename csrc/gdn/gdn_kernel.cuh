@@ -207,6 +207,7 @@ __device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
 }
 
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
+template <bool B> struct BoolTag { static constexpr bool value = B; };
 
 // CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
 // runs from it: one state read and one write per round instead of a commit's read + write and the
@@ -420,6 +421,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
   auto run_tokens = [&](auto mode_tag, int nt) {
     constexpr Mode PM = decltype(mode_tag)::value;
+    constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
     bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
@@ -462,7 +464,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
       const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
       // the node that continues from S' (its child), or none
-      const int next = i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+      const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
@@ -470,25 +472,34 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         if (lane == 0) wpath[depth[i]] = i;
         __syncwarp();
       }
-      constexpr bool kOut = PM != Mode::kCommit;
       const float* qn = kn + kVecFloats;  // (kOut only)
-      const float dn = next >= 0 ? dec[next] : 0.f;
-      const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
       float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
+      // The pass over the rows in the shape this node needs (a uniform branch): with or without the
+      // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
+      // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
+      // under a per-row condition would wait for each row's read in turn).
+      auto pass = [&](auto with_next, auto keep_tag) {
+        constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
+        const float dn = kNext ? dec[next] : 0.f;
+        const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
-      for (int r = 0; r < kSegLen; ++r) {
-        const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
-        const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
-        if (kOut) {
-          ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
-          oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+        for (int r = 0; r < kSegLen; ++r) {
+          const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
+          const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
+          if (kOut) {
+            ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
+            oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+          }
+          if (kNext) {
+            nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
+            ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
+          }
+          if (kKeep) S[r] = make_float2(sx, sy);
         }
-        if (next >= 0) {
-          nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
-          ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
-        }
-        if (keep) S[r] = make_float2(sx, sy);
-      }
+      };
+      if (next >= 0) pass(BoolTag<true>{}, BoolTag<true>{});  // S' kept, the child's u formed
+      else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
+      else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       if (kOut) {
         ox = combine_segments(ox);
         oy = combine_segments(oy);
