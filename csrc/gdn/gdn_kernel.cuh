@@ -53,8 +53,8 @@
 // each load waits for the previous stores: the compiler does not move a global load above a
 // shared-memory store). Rounds are sized so that the usual launch stages in one (chain: 16
 // tokens, tree: 32 nodes). Issued later: a commit's tree path (which tokens depends on the
-// parents) and, with the commit folded into a verify, the verify's tokens (once the pending
-// tokens are stored: in flight during the replay).
+// parents) and, with the commit folded into a verify, the verify's tokens (issued before the
+// pending tokens are replayed: in flight during the replay).
 //
 // Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
 // runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
@@ -275,6 +275,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 16 : 8;
   constexpr int kVB = MODE == Mode::kTree || MODE == Mode::kCommit ? 2 : 1;
   using Loads = StageLoads<kXB, kVB>;
+  // Vectors a 4-lane group normalizes at once (see "l2 norms" below).
+  constexpr int kNormV = MODE == Mode::kStep ? 1 : 2;
 
   const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -450,27 +452,43 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     }
   };
 
-  // ---- l2 norms in place: group of 4 lanes (one per segment) per vector, 16 vectors a round ----
+  // ---- l2 norms in place: a group of 4 lanes (one per segment) per vector; a group takes kNormV
+  // vectors a round (16 * kNormV vectors a round), their sums interleaved ----
   auto normalize = [&](int nt, bool with_q) {
-    const int kinds = with_q ? 2 : 1;
-    const int nvec = nt * kinds;
+    const int nvec = nt * (with_q ? 2 : 1);
     const int group = tid >> 2;
-    for (int base = 0; base < nvec; base += kThreads / kSegs) {  // same trip count for every lane
-      const int vec = base + group;
-      const bool on = vec < nvec;
-      const int j = vec / kinds, kind = vec % kinds;
-      float* xv = xs + (on ? size_t(j) * kKinds + kind : 0) * kVecFloats + seg * kSegPad;
-      float xr[kSegLen];
+    constexpr int kGroups = kThreads / kSegs;
+    for (int base = 0; base < nvec; base += kGroups * kNormV) {  // same trip count for every lane
+      float* xv[kNormV];
+      bool on[kNormV], isq[kNormV];
 #pragma unroll
-      for (int r = 0; r < kSegLen; ++r) xr[r] = xv[r];
-      float ss = mul(xr[0], xr[0]);
+      for (int u = 0; u < kNormV; ++u) {
+        const int vec = base + u * kGroups + group;
+        on[u] = vec < nvec;
+        isq[u] = with_q && (vec & 1) != 0;
+        const int j = with_q ? vec >> 1 : vec;
+        xv[u] = xs + (on[u] ? size_t(j) * kKinds + (isq[u] ? 1 : 0) : 0) * kVecFloats + seg * kSegPad;
+      }
+      float xr[kNormV][kSegLen], ss[kNormV];
 #pragma unroll
-      for (int r = 1; r < kSegLen; ++r) ss = add(ss, mul(xr[r], xr[r]));
-      ss = combine_segments(ss);
-      const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss, kL2Eps)));
-      if (on) {
+      for (int u = 0; u < kNormV; ++u)
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) xv[r] = kind == 1 ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
+        for (int r = 0; r < kSegLen; ++r) xr[u][r] = xv[u][r];
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) ss[u] = mul(xr[u][0], xr[u][0]);
+#pragma unroll
+      for (int r = 1; r < kSegLen; ++r)
+#pragma unroll
+        for (int u = 0; u < kNormV; ++u) ss[u] = add(ss[u], mul(xr[u][r], xr[u][r]));
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) ss[u] = combine_segments(ss[u]);
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) {
+        const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss[u], kL2Eps)));
+        if (on[u]) {
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) xv[u][r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+        }
       }
     }
   };
@@ -497,7 +515,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   const TokenSrc pend = pending_tokens(p);  // (CIV)
   Loads L0, P0;  // round 0 of the main tokens' staging, of the pending commit's (CIV)
   bool l0 = false;
-  if (!CIV && !tree_commit) {  // (CIV: issued once the pending tokens are stored)
+  if (!CIV && !tree_commit) {  // (CIV: issued just before the pending commit's replay)
     L0 = stage_issue(src, T_, MODE != Mode::kCommit, false, true, 0);
     l0 = true;
   }
@@ -665,11 +683,11 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         stage_store(pend, P0, nc, false, false, 0);
         stage(pend, nc, false, false, false, 1);
       }
-      L0 = stage_issue(src, T_, true, false, true, 0);  // the verify's round 0, in flight during the replay
-      l0 = true;
       __syncthreads();
       normalize(nc, false);
       __syncthreads();
+      L0 = stage_issue(src, T_, true, false, true, 0);  // the verify's round 0, in flight during the replay
+      l0 = true;
       run_tokens(ModeTag<Mode::kCommit>{}, nc);
       store_tile();
       __syncthreads();  // the staging area is reused by the verify
