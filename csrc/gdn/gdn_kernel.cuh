@@ -43,6 +43,19 @@
 // current path (the last node visited at each depth). Per node, the new state, the output sum and
 // the next node's u sum (when the next node is its child) are formed in one pass over the rows.
 //
+// Prologue: a launch at small batch is one chain of dependent latencies per CTA, so every load
+// that does not depend on another is issued before anything waits for one. Right after pdl_wait()
+// go out together: the index elements (slot, length, accepted), the tree parents (one per thread)
+// and round 0 of the token staging (k and q chunks, the v chunks of our columns, the gates; all T
+// tokens whatever the length); the state tile's 32 loads go out as soon as the slot is known. A
+// staging round loads raw bits into registers and only then converts and stores them to shared
+// memory, so it costs one memory latency instead of one per chunk (in a loop of load-then-store
+// each load waits for the previous stores: the compiler does not move a global load above a
+// shared-memory store). Rounds are sized so that the usual launch stages in one (chain: 16
+// tokens, tree: 32 nodes). Issued later: a commit's tree path (which tokens depends on the
+// parents) and, with the commit folded into a verify, the verify's tokens (issued before the
+// pending tokens are replayed: in flight during the replay).
+//
 // Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
 // runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
 //
@@ -61,6 +74,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/pdl.cuh"
 #include "gdn/gdn_launch.h"
@@ -101,17 +115,41 @@ __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
 static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
 
 // ---- loads -------------------------------------------------------------------------------------
+// Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
+// it) and the conversion (which waits). Issuing every load of a phase before the first conversion
+// makes the phase cost one memory latency instead of one per load.
 __device__ __forceinline__ int64_t load_index(const void* ptr, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(ptr)[i] : int64_t(static_cast<const int32_t*>(ptr)[i]);
 }
+__device__ __forceinline__ uint64_t load_index_bits(const void* ptr, bool is64, int64_t i) {
+  return is64 ? static_cast<const uint64_t*>(ptr)[i] : uint64_t(static_cast<const uint32_t*>(ptr)[i]);
+}
+__device__ __forceinline__ int64_t index_of(uint64_t bits, bool is64) {
+  return is64 ? int64_t(bits) : int64_t(int32_t(uint32_t(bits)));
+}
 
-// Any float dtype widened to fp32 (fp64 rounded once: the reference's .to(float32)).
-__device__ __forceinline__ float load_float(const void* ptr, DType dt, int64_t i) {
+// A float element of any dtype as its raw bits; float_of widens them to fp32 (fp64 rounded once:
+// the reference's .to(float32)).
+__device__ __forceinline__ uint64_t load_float_bits(const void* ptr, DType dt, int64_t i) {
+  if (dt == DType::kF64) return static_cast<const uint64_t*>(ptr)[i];
+  if (dt == DType::kF32) return static_cast<const uint32_t*>(ptr)[i];
+  return static_cast<const uint16_t*>(ptr)[i];
+}
+__device__ __forceinline__ float float_of(uint64_t bits, DType dt) {
   switch (dt) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(ptr)[i]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(ptr)[i]);
-    case DType::kF32: return static_cast<const float*>(ptr)[i];
-    default: return __double2float_rn(static_cast<const double*>(ptr)[i]);
+    case DType::kBF16: return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    case DType::kF32: {
+      const uint32_t w = uint32_t(bits);
+      float f;
+      memcpy(&f, &w, sizeof f);
+      return f;
+    }
+    default: {
+      double d;
+      memcpy(&d, &bits, sizeof d);
+      return __double2float_rn(d);
+    }
   }
 }
 
@@ -136,18 +174,21 @@ template <> struct Pair<__half> {
   __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
-// 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
+// The raw bits of 8 consecutive 16-bit elements (element e in bits 16e..16e+15, where a 16-byte load
+// puts it): one 16-byte load when `vec` (the host checked alignment), else 8 2-byte loads.
 template <typename T>
-__device__ __forceinline__ void load8(const T* src, bool vec, float (&out)[8]) {
-  if (vec) {
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
-    const T* e = reinterpret_cast<const T*>(&w);
+__device__ __forceinline__ uint4 load8_bits(const T* src, bool vec) {
+  if (vec) return __ldg(reinterpret_cast<const uint4*>(src));
+  const uint16_t* e = reinterpret_cast<const uint16_t*>(src);
+  return make_uint4(uint32_t(e[0]) | uint32_t(e[1]) << 16, uint32_t(e[2]) | uint32_t(e[3]) << 16,
+                    uint32_t(e[4]) | uint32_t(e[5]) << 16, uint32_t(e[6]) | uint32_t(e[7]) << 16);
+}
+// ... as fp32
+template <typename T>
+__device__ __forceinline__ void floats8_of(const uint4& w, float (&out)[8]) {
+  const T* e = reinterpret_cast<const T*>(&w);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(e[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(src[i]);
-  }
+  for (int i = 0; i < 8; ++i) out[i] = to_f<T>(e[i]);
 }
 
 // ---- the contract's arithmetic (IEEE round-to-nearest intrinsics: nvcc never contracts these) --
@@ -166,13 +207,14 @@ __device__ __forceinline__ float decay_of(float g) { return __double2float_rn(ex
 
 // The raw gates of reference.gdn_gates: beta = round(b.dtype, round_fp32(sigmoid_f64(b)));
 // g = -(round_fp32(exp_f64(A_log)) * sp), sp = x if x > 20 else round_fp32(log1p(exp(x))), x = a + dt_bias.
-__device__ __forceinline__ void raw_gates(const Params& p, int b, int h, float* g_out, float* beta_out) {
-  const float bv = load_float(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+// bits: the raw elements b, a, dt_bias, A_log of this sequence and head (load_float_bits).
+__device__ __forceinline__ void raw_gates(const Params& p, const uint64_t (&bits)[4], float* g_out, float* beta_out) {
+  const float bv = float_of(bits[0], p.b_dt);
   const float s32 = __double2float_rn(1.0 / (1.0 + exp(-double(bv))));
   *beta_out = round_through(s32, p.b_dt);
-  const float x = add(load_float(p.a, p.a_dt, int64_t(b) * p.a_sb + h), load_float(p.dt_bias, p.dtb_dt, h));
+  const float x = add(float_of(bits[1], p.a_dt), float_of(bits[2], p.dtb_dt));
   const float sp = x > kSoftplusThreshold ? x : __double2float_rn(log1p(exp(double(x))));
-  const float A = __double2float_rn(exp(double(load_float(p.A_log, p.alog_dt, h))));
+  const float A = __double2float_rn(exp(double(float_of(bits[3], p.alog_dt))));
   *g_out = -mul(A, sp);
 }
 
@@ -206,7 +248,17 @@ __device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
                   p.c_parents, p.c_parents64, p.c_tokens};
 }
 
+// One round of a thread's staging loads as raw bits (see "staging" in the kernel): k/q chunks
+// tid + kThreads * (XB * round + m), v chunks tid + kThreads * (VB * round + m), and in round 0 the
+// gate elements of token tid (g and beta; the raw gates: b, a, dt_bias, A_log).
+template <int XB, int VB> struct StageLoads {
+  uint4 x[XB];
+  uint4 v[VB];
+  uint64_t gate[4];
+};
+
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
+template <bool B> struct BoolTag { static constexpr bool value = B; };
 
 // CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
 // runs from it: one state read and one write per round instead of a commit's read + write and the
@@ -218,6 +270,13 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
   constexpr int kKinds = staged_kinds(MODE);  // layout: k and q slots per staged token
   static_assert(!CIV || kVerify, "the commit folds into a verify only");
+  // Staging rounds (see "staging" below): k/q and v chunks a thread loads per round, sized so that
+  // the usual launch stages in one round (step: 1 token; chain: 16; tree: 32 nodes; commit: 32).
+  constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 16 : 8;
+  constexpr int kVB = MODE == Mode::kTree || MODE == Mode::kCommit ? 2 : 1;
+  using Loads = StageLoads<kXB, kVB>;
+  // Vectors a 4-lane group normalizes at once (see "l2 norms" below).
+  constexpr int kNormV = MODE == Mode::kStep ? 1 : 2;
 
   const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -241,64 +300,21 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   int* path = order + Tm;
   int* info = path + 2 * kPathLen;
 
-  pdl_wait();   // inputs may come from the previous kernel
-  pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
-
-  // ---- which pool row, how many tokens (every thread computes the same) ----
-  const int64_t slot = load_index(p.slots, p.slots64, b);
-  bool live = slot >= 0 && slot < p.pool_rows;
-  if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
-    bool dup = false;
-    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
-    live = live && !__syncthreads_or(dup);
-  }
-  int n = T_;  // tokens (verify: rows) to run
-  if (kVerify && p.lengths != nullptr) {
-    const int64_t len = load_index(p.lengths, p.lengths64, b);
-    if (len < 0 || len > T_) live = false;
-    else n = int(len);
-  }
-  const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
-  int64_t acc = 0;
-  if (MODE == Mode::kCommit) {
-    acc = load_index(p.accepted, p.accepted64, b);
-    if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
-    else if (!tree_commit) n = int(acc);
-  }
-  const bool c_tree = CIV && p.c_parents != nullptr;
-  int64_t c_acc = 0;
-  int nc = 0;  // pending tokens to replay
-  if (CIV) {
-    c_acc = load_index(p.c_accepted, p.c_accepted64, b);
-    if (c_tree ? (c_acc < -1 || c_acc >= Tc) : (c_acc < 0 || c_acc > Tc)) live = false;
-    else nc = c_tree ? Tc : int(c_acc);  // a tree: the path length, found below
-  }
-
-  // ---- the state tile: every load issued now, consumed after the token prologue ----
-  float2 S[kSegLen];
-  const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
-                      int64_t(seg * kSegLen) * kHeadV + col;
-  if (live && (n > 0 || nc > 0)) {
-#pragma unroll
-    for (int r = 0; r < kSegLen; ++r) {
-      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
-      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
-    }
-  }
-
   // ---- tree structure: validation, depths, the accepted path ----
   // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
   // before it (the current path is exactly that node's ancestor chain). Each thread checks its
   // nodes by walking up from node i - 1 while above p, and counts node i's ancestors (its depth);
   // both walks follow parent links that strictly decrease, so they end even on invalid input.
+  // pbits: parents[b, tid] as loaded by the caller (load_index_bits; Tp <= kThreads).
   // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
   // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
   // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
   // Contains block barriers: every thread calls it.
-  auto tree_structure = [&](const void* parents, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
-    for (int i = tid; i < Tp; i += kThreads) {
-      const int64_t v = load_index(parents, parents64, int64_t(b) * Tp + i);
-      par[i] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever i is
+  static_assert(kMaxTreeNodes <= kThreads, "one parent per thread");
+  auto tree_structure = [&](uint64_t pbits, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
+    if (tid < Tp) {
+      const int64_t v = index_of(pbits, parents64);
+      par[tid] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever tid is
     }
     if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
     __syncthreads();
@@ -336,77 +352,214 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     return info[1];
   };
 
-  // ---- staging: k (and q) as fp32, v of our columns, decay and beta of n tokens ----
-  // token_of(j): the j-th staged token's index in src (a commit path's order[] or j itself).
+  // ---- staging: k (and q) as fp32, v of our columns, decay and beta of nt tokens ----
+  // k/q: nt * kinds vectors of 16 chunks of 8 elements (chunk w: vector w / 16, whose token is
+  // vector / kinds; chunk c = w % 16 -> segment c / 4, offset 8 (c % 4)); v[b, t, h, cb*32 .. +31]:
+  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 = kThreads). Thread tid
+  // takes chunks tid, tid + 64, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
+  // round 0). A round issues all of its loads into registers (stage_issue), then converts and
+  // stores them (stage_store): one memory latency per round (a load followed by its stores, in a
+  // loop, waits once per chunk: the compiler does not move a load above the previous chunk's
+  // shared-memory stores). The usual launch is one round; a caller may issue round 0 early.
+  // use_order: the j-th staged token is order[j] of src (a commit's path), else token j.
   using T2 = typename Pair<T>::type;
-  auto stage = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw) {
-    const T* qg = static_cast<const T*>(src.q);
-    const T* kg = static_cast<const T*>(src.k);
-    const T* vg = static_cast<const T*>(src.v);
-    const int kinds = with_q ? 2 : 1;
-    // k/q: nt * kinds vectors of 16 chunks of 8 elements; chunk c -> segment c / 4, offset 8 (c % 4)
-    const int chunks = nt * kinds * 16;
-    for (int w = tid; w < chunks; w += kThreads) {
-      const int vec = w >> 4, c = w & 15;
-      const int j = vec / kinds, kind = vec % kinds;
-      const int t = use_order ? order[j] : j;
-      const T* s = kind == 0 ? kg + int64_t(b) * src.k_sb + int64_t(t) * src.k_st + int64_t(hq) * src.k_sh
-                             : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
-      float e[8];
-      load8<T>(s + 8 * c, src.qk16, e);
-      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+  auto stage_issue = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int rd) {
+    Loads L;
+    // k[b, t, hq, :] = kr + t * k_st (q alike), v[b, t, h, cb*32 ..] = vr + t * v_st
+    const T* kr = static_cast<const T*>(src.k) + int64_t(b) * src.k_sb + int64_t(hq) * src.k_sh;
+    const T* qr = with_q ? static_cast<const T*>(src.q) + int64_t(b) * src.q_sb + int64_t(hq) * src.q_sh : kr;
+    const T* vr = static_cast<const T*>(src.v) + int64_t(b) * src.v_sb + int64_t(h) * src.v_sh + cb * kCols;
+    const int chunks = nt * (with_q ? 2 : 1) * 16;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    for (int m = 0; m < kXB; ++m) {
+      const int w = tid + kThreads * (kXB * rd + m);
+      if (w < chunks) {
+        const int vec = w >> 4, c = w & 15;
+        const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
+        const int t = use_order ? order[j] : j;
+        L.x[m] = load8_bits<T>((kind == 0 ? kr : qr) + int64_t(t) * (kind == 0 ? src.k_st : src.q_st) + 8 * c,
+                               src.qk16);
+      }
     }
-    // v[b, t, h, cb*32 .. +31]: 4 chunks per token
-    for (int w = tid; w < nt * 4; w += kThreads) {
-      const int j = w >> 2, c = w & 3;
-      const int t = use_order ? order[j] : j;
-      float e[8];
-      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kCols + 8 * c,
-               src.v16, e);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+    for (int m = 0; m < kVB; ++m) {
+      const int w = tid + kThreads * (kVB * rd + m);
+      if (w < nt * 4) {
+        const int j = w >> 2, c = w & 3;
+        const int t = use_order ? order[j] : j;
+        L.v[m] = load8_bits<T>(vr + int64_t(t) * src.v_st + 8 * c, src.v16);
+      }
     }
-    // decay and beta: thread j for token j (nt <= 64 = kThreads)
-    if (tid < nt) {
+    if (rd == 0 && tid < nt) {
       const int t = use_order ? order[tid] : tid;
+      if (RAW && raw) {
+        L.gate[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+        L.gate[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
+        L.gate[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
+        L.gate[3] = load_float_bits(p.A_log, p.alog_dt, h);
+      } else {
+        L.gate[0] = load_float_bits(src.g, DType::kF32, int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h);
+        L.gate[1] = load_float_bits(src.beta, src.beta_dt, int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h);
+      }
+    }
+    return L;
+  };
+  auto stage_store = [&](const TokenSrc& src, const Loads& L, int nt, bool with_q, bool raw, int rd) {
+    const int chunks = nt * (with_q ? 2 : 1) * 16;
+#pragma unroll
+    for (int m = 0; m < kXB; ++m) {
+      const int w = tid + kThreads * (kXB * rd + m);
+      if (w < chunks) {
+        const int vec = w >> 4, c = w & 15;
+        const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
+        float e[8];
+        floats8_of<T>(L.x[m], e);
+        float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dst[i] = e[i];
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kVB; ++m) {
+      const int w = tid + kThreads * (kVB * rd + m);
+      if (w < nt * 4) {
+        const int j = w >> 2, c = w & 3;
+        float e[8];
+        floats8_of<T>(L.v[m], e);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+      }
+    }
+    if (rd == 0 && tid < nt) {
       float g, bt;
       if (RAW && raw) {
-        raw_gates(p, b, h, &g, &bt);
+        raw_gates(p, L.gate, &g, &bt);
       } else {
-        g = src.g[int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h];
-        bt = load_float(src.beta, src.beta_dt, int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h);
+        g = float_of(L.gate[0], DType::kF32);
+        bt = float_of(L.gate[1], src.beta_dt);
       }
       dec[tid] = decay_of(g);
       bet[tid] = bt;
     }
   };
+  // The rounds from `first` on (round 0 issued early is stored by the caller).
+  auto stage = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int first) {
+    const int rx = (nt * (with_q ? 2 : 1) * 16 + kXB * kThreads - 1) / (kXB * kThreads);
+    const int rv = (nt * 4 + kVB * kThreads - 1) / (kVB * kThreads);
+    for (int rd = first; rd < (rx > rv ? rx : rv); ++rd) {
+      const Loads L = stage_issue(src, nt, with_q, use_order, raw, rd);
+      stage_store(src, L, nt, with_q, raw, rd);
+    }
+  };
 
-  // ---- l2 norms in place: group of 4 lanes (one per segment) per vector, 16 vectors a round ----
+  // ---- l2 norms in place: a group of 4 lanes (one per segment) per vector; a group takes kNormV
+  // vectors a round (16 * kNormV vectors a round), their sums interleaved ----
   auto normalize = [&](int nt, bool with_q) {
-    const int kinds = with_q ? 2 : 1;
-    const int nvec = nt * kinds;
+    const int nvec = nt * (with_q ? 2 : 1);
     const int group = tid >> 2;
-    for (int base = 0; base < nvec; base += kThreads / kSegs) {  // same trip count for every lane
-      const int vec = base + group;
-      const bool on = vec < nvec;
-      const int j = vec / kinds, kind = vec % kinds;
-      float* xv = xs + (on ? size_t(j) * kKinds + kind : 0) * kVecFloats + seg * kSegPad;
-      float xr[kSegLen];
+    constexpr int kGroups = kThreads / kSegs;
+    for (int base = 0; base < nvec; base += kGroups * kNormV) {  // same trip count for every lane
+      float* xv[kNormV];
+      bool on[kNormV], isq[kNormV];
 #pragma unroll
-      for (int r = 0; r < kSegLen; ++r) xr[r] = xv[r];
-      float ss = mul(xr[0], xr[0]);
+      for (int u = 0; u < kNormV; ++u) {
+        const int vec = base + u * kGroups + group;
+        on[u] = vec < nvec;
+        isq[u] = with_q && (vec & 1) != 0;
+        const int j = with_q ? vec >> 1 : vec;
+        xv[u] = xs + (on[u] ? size_t(j) * kKinds + (isq[u] ? 1 : 0) : 0) * kVecFloats + seg * kSegPad;
+      }
+      float xr[kNormV][kSegLen], ss[kNormV];
 #pragma unroll
-      for (int r = 1; r < kSegLen; ++r) ss = add(ss, mul(xr[r], xr[r]));
-      ss = combine_segments(ss);
-      const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss, kL2Eps)));
-      if (on) {
+      for (int u = 0; u < kNormV; ++u)
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) xv[r] = kind == 1 ? mul(mul(xr[r], rn), p.scale) : mul(xr[r], rn);
+        for (int r = 0; r < kSegLen; ++r) xr[u][r] = xv[u][r];
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) ss[u] = mul(xr[u][0], xr[u][0]);
+#pragma unroll
+      for (int r = 1; r < kSegLen; ++r)
+#pragma unroll
+        for (int u = 0; u < kNormV; ++u) ss[u] = add(ss[u], mul(xr[u][r], xr[u][r]));
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) ss[u] = combine_segments(ss[u]);
+#pragma unroll
+      for (int u = 0; u < kNormV; ++u) {
+        const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss[u], kL2Eps)));
+        if (on[u]) {
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) xv[u][r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+        }
       }
     }
   };
+
+  pdl_wait();   // inputs may come from the previous kernel
+  pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
+
+  // ---- the prologue's loads: issued together, before anything waits for one of them ----
+  // The index elements, the tree parents (one per thread), and round 0 of the staging of the
+  // tokens that do not depend on a tree path (all T tokens: rows past a length are staged and not
+  // used): their latencies overlap each other's and, once the slot is known, the state tile's.
+  const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
+  const bool c_tree = CIV && p.c_parents != nullptr;
+  const bool has_len = kVerify && p.lengths != nullptr;
+  const uint64_t slot_bits = load_index_bits(p.slots, p.slots64, b);
+  uint64_t len_bits = 0, acc_bits = 0, c_acc_bits = 0, par_bits = 0, c_par_bits = 0;
+  if (has_len) len_bits = load_index_bits(p.lengths, p.lengths64, b);
+  if (MODE == Mode::kCommit) acc_bits = load_index_bits(p.accepted, p.accepted64, b);
+  if (CIV) c_acc_bits = load_index_bits(p.c_accepted, p.c_accepted64, b);
+  if ((MODE == Mode::kTree || tree_commit) && tid < T_)
+    par_bits = load_index_bits(p.parents, p.parents64, int64_t(b) * T_ + tid);
+  if (c_tree && tid < Tc) c_par_bits = load_index_bits(p.c_parents, p.c_parents64, int64_t(b) * Tc + tid);
+  const TokenSrc src = main_tokens(p, T_);
+  const TokenSrc pend = pending_tokens(p);  // (CIV)
+  Loads L0, P0;  // round 0 of the main tokens' staging, of the pending commit's (CIV)
+  bool l0 = false;
+  if (!CIV && !tree_commit) {  // (CIV: issued just before the pending commit's replay)
+    L0 = stage_issue(src, T_, MODE != Mode::kCommit, false, true, 0);
+    l0 = true;
+  }
+  if (CIV && !c_tree) P0 = stage_issue(pend, Tc, false, false, false, 0);
+
+  // ---- which pool row, how many tokens (every thread computes the same) ----
+  const int64_t slot = index_of(slot_bits, p.slots64);
+  bool live = slot >= 0 && slot < p.pool_rows;
+  if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
+    bool dup = false;
+    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
+    live = live && !__syncthreads_or(dup);
+  }
+  int n = T_;  // tokens (verify: rows) to run
+  if (has_len) {
+    const int64_t len = index_of(len_bits, p.lengths64);
+    if (len < 0 || len > T_) live = false;
+    else n = int(len);
+  }
+  int64_t acc = 0;
+  if (MODE == Mode::kCommit) {
+    acc = index_of(acc_bits, p.accepted64);
+    if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
+    else if (!tree_commit) n = int(acc);
+  }
+  int64_t c_acc = 0;
+  int nc = 0;  // pending tokens to replay
+  if (CIV) {
+    c_acc = index_of(c_acc_bits, p.c_accepted64);
+    if (c_tree ? (c_acc < -1 || c_acc >= Tc) : (c_acc < 0 || c_acc > Tc)) live = false;
+    else nc = c_tree ? Tc : int(c_acc);  // a tree: the path length, found below
+  }
+
+  // ---- the state tile: every load issued now, consumed after the token prologue ----
+  float2 S[kSegLen];
+  const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
+                      int64_t(seg * kSegLen) * kHeadV + col;
+  if (live && (n > 0 || nc > 0)) {
+#pragma unroll
+    for (int r = 0; r < kSegLen; ++r) {
+      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
+      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
+    }
+  }
 
   T2* out = static_cast<T2*>(p.out);
   auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
@@ -418,12 +571,20 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
   // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
+  // Work done once: when node i keeps S' (every node but a tree leaf), S holds S * d_i when its
+  // pass starts (the product the pass and the u sum both use: formed by the parent's pass as the
+  // child's u factor, or by the u sum), and kn_i is in registers (kr: read by the parent's pass
+  // as the child's u factor, or by the u sum).
   auto run_tokens = [&](auto mode_tag, int nt) {
     constexpr Mode PM = decltype(mode_tag)::value;
+    constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
     bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
     float ux = 0.f, uy = 0.f;
+    float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
+    // keeps(j): node j's S' becomes S (all but a tree leaf, i.e. a node that no child follows)
+    auto keeps = [&](int j) { return PM != Mode::kTree || (j + 1 < nt && par[j + 1] == j); };
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
@@ -448,46 +609,74 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       const float di = dec[i], bi = bet[i];
       const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
+      // the node that continues from S' (its child), or none
+      const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+      const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
-        ux = mul(mul(S[0].x, di), kn[0]);
-        uy = mul(mul(S[0].y, di), kn[0]);
+        auto u_sum = [&](auto keep_tag) {  // kept: S * d_i replaces S (see "Work done once")
+          constexpr bool kKeep = decltype(keep_tag)::value;
 #pragma unroll
-        for (int r = 1; r < kSegLen; ++r) {
-          ux = add(ux, mul(mul(S[r].x, di), kn[r]));
-          uy = add(uy, mul(mul(S[r].y, di), kn[r]));
-        }
+          for (int r = 0; r < kSegLen; ++r) {
+            kr[r] = kn[r];
+            const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
+            ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
+            uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
+            if (kKeep) S[r] = make_float2(ax, ay);
+          }
+        };
+        if (keep) u_sum(BoolTag<true>{});
+        else if constexpr (PM == Mode::kTree) u_sum(BoolTag<false>{});
       }
       ux = combine_segments(ux);
       uy = combine_segments(uy);
       const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
       const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
-      // the node that continues from S' (its child), or none
-      const int next = i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
-      const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
         if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
         if (lane == 0) wpath[depth[i]] = i;
         __syncwarp();
       }
-      constexpr bool kOut = PM != Mode::kCommit;
       const float* qn = kn + kVecFloats;  // (kOut only)
-      const float dn = next >= 0 ? dec[next] : 0.f;
-      const float* knn = xs + size_t(next >= 0 ? next : i) * kKinds * kVecFloats + seg * kSegPad;
       float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
+      // The pass over the rows in the shape this node needs (a uniform branch): with or without the
+      // child's u sum, S' kept or not, S' * d_next kept (the child keeps) or S'. Each shape is
+      // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
+      // and the independent sums interleave (a sum under a per-row condition would wait for each
+      // row's read in turn).
+      auto pass = [&](auto with_next, auto keep_tag, auto decayed_tag) {
+        constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
+        constexpr bool kDecayed = decltype(decayed_tag)::value;  // S' * d_next replaces S
+        const float dn = kNext ? dec[next] : 0.f;
+        const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
-      for (int r = 0; r < kSegLen; ++r) {
-        const float sx = add(mul(S[r].x, di), mul(kn[r], dx));
-        const float sy = add(mul(S[r].y, di), mul(kn[r], dy));
-        if (kOut) {
-          ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
-          oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+        for (int r = 0; r < kSegLen; ++r) {
+          const float ax = kKeep ? S[r].x : mul(S[r].x, di);  // S * d_i
+          const float ay = kKeep ? S[r].y : mul(S[r].y, di);
+          const float sx = add(ax, mul(kr[r], dx));
+          const float sy = add(ay, mul(kr[r], dy));
+          if (kOut) {
+            ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
+            oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
+          }
+          if (kNext) {
+            const float tx = mul(sx, dn), ty = mul(sy, dn);  // S' * d_next
+            kr[r] = knn[r];
+            nx = r == 0 ? mul(tx, kr[0]) : add(nx, mul(tx, kr[r]));
+            ny = r == 0 ? mul(ty, kr[0]) : add(ny, mul(ty, kr[r]));
+            S[r] = kDecayed ? make_float2(tx, ty) : make_float2(sx, sy);
+          } else if (kKeep) {
+            S[r] = make_float2(sx, sy);
+          }
         }
-        if (next >= 0) {
-          nx = r == 0 ? mul(mul(sx, dn), knn[0]) : add(nx, mul(mul(sx, dn), knn[r]));
-          ny = r == 0 ? mul(mul(sy, dn), knn[0]) : add(ny, mul(mul(sy, dn), knn[r]));
-        }
-        if (keep) S[r] = make_float2(sx, sy);
+      };
+      if (next >= 0) {  // S' kept, the child's u formed
+        if (keeps(next)) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<true>{});
+        else if constexpr (PM == Mode::kTree) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<false>{});
+      } else if constexpr (PM == Mode::kTree) {
+        pass(BoolTag<false>{}, BoolTag<false>{}, BoolTag<false>{});  // a leaf
+      } else {
+        pass(BoolTag<false>{}, BoolTag<true>{}, BoolTag<false>{});  // the last token: S' (stored by a step, commit)
       }
       if (kOut) {
         ox = combine_segments(ox);
@@ -509,25 +698,30 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 
   // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
   if (CIV && live) {
-    const TokenSrc pend = pending_tokens(p);
     if (c_tree) {
-      nc = tree_structure(pend.parents, pend.parents64, Tc, Tc, true, c_acc);
+      nc = tree_structure(c_par_bits, pend.parents64, Tc, Tc, true, c_acc);
       if (nc < 0) live = false;  // an invalid pending tree: nothing written, zero outputs
     }
     if (live && nc > 0) {
-      stage(pend, nc, false, c_tree, false);
+      if (c_tree) {
+        stage(pend, nc, false, true, false, 0);
+      } else {
+        stage_store(pend, P0, nc, false, false, 0);
+        stage(pend, nc, false, false, false, 1);
+      }
       __syncthreads();
       normalize(nc, false);
       __syncthreads();
+      L0 = stage_issue(src, T_, true, false, true, 0);  // the verify's round 0, in flight during the replay
+      l0 = true;
       run_tokens(ModeTag<Mode::kCommit>{}, nc);
       store_tile();
       __syncthreads();  // the staging area is reused by the verify
     }
   }
 
-  const TokenSrc src = main_tokens(p, T_);
   if (tree_commit && live) {  // the path decides which tokens are staged
-    n = tree_structure(src.parents, src.parents64, T_, T_, true, acc);
+    n = tree_structure(par_bits, src.parents64, T_, T_, true, acc);
     if (n <= 0) live = false;
   }
 
@@ -538,8 +732,13 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     return;
   }
 
-  stage(src, n, MODE != Mode::kCommit, tree_commit, true);
-  if (MODE == Mode::kTree) n = tree_structure(src.parents, src.parents64, T_, n, false, 0);  // rows from n: zeros
+  if (l0) {
+    stage_store(src, L0, n, MODE != Mode::kCommit, true, 0);
+    stage(src, n, MODE != Mode::kCommit, false, true, 1);
+  } else {
+    stage(src, n, MODE != Mode::kCommit, tree_commit, true, 0);
+  }
+  if (MODE == Mode::kTree) n = tree_structure(par_bits, src.parents64, T_, n, false, 0);  // rows from n: zeros
   __syncthreads();
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();
