@@ -130,12 +130,9 @@ template <int I>
 __host__ __device__ __forceinline__ uint32_t pair_raw_f16(uint32_t w) {
   return (shl<9 - 4 * I>(w) & 0x0E000E00u) | (shl<12 - 4 * I>(w) & 0x80008000u);
 }
-// bf16: pairs 2 and 3 are pairs 0 and 1 of the word shifted down one byte (one right shift serves
-// both; shifting each by 2 and 6 would cost two).
 template <int I>
 __host__ __device__ __forceinline__ uint32_t pair_raw_bf16(uint32_t w) {
-  if constexpr (I >= 2) return pair_raw_bf16<I - 2>(w >> 8);
-  else return (shl<6 - 4 * I>(w) & 0x01C001C0u) | (shl<12 - 4 * I>(w) & 0x80008000u);
+  return (shl<6 - 4 * I>(w) & 0x01C001C0u) | (shl<12 - 4 * I>(w) & 0x80008000u);
 }
 
 // One e4m3 block scale (as fp16, exact) -> the pair multiplier of PairDecode<T>.

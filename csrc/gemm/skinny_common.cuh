@@ -15,18 +15,12 @@ constexpr int kStepK = 128;  // k per warp step: 4 threads x 32
 
 // x[row][kc .. kc+31] for rows g + 8h (h = 0 .. 2*MT-1) as 16 registers per row (two 16-bit values
 // each, register r = elements 2r, 2r+1); zeros for rows >= m and for 8-element pieces at or past k.
-// `last_set` false: the last 8-row set (h = 2*MT-1) holds no row of this call (m <= 8 for MT 1,
-// m <= 24 for MT 2) and is left as it is: the caller zeroed it once (a warp-uniform skip; the mma
-// rows of that set then multiply zeros, as the loads would have given). Rows are independent in
-// the mma, so whether a set is loaded or skipped changes no bit of the other rows.
 template <typename T, int MT>
 __device__ __forceinline__ void load_activations(uint32_t (&xa)[2 * MT][16], const T* __restrict__ x,
-                                                 int64_t x_stride, int g, int kc, int m, int k,
-                                                 bool last_set = true) {
+                                                 int64_t x_stride, int g, int64_t kc, int64_t m, int64_t k) {
 #pragma unroll
   for (int h = 0; h < 2 * MT; ++h) {
-    if (h == 2 * MT - 1 && !last_set) break;
-    const int row = g + 8 * h;
+    const int64_t row = g + 8 * h;
     const uint4* src = reinterpret_cast<const uint4*>(x + row * x_stride + kc);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -52,12 +46,10 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const uint32_t (&xa
 // Re-pairs each row's 32 activations for the NVFP4 word decode: within every 8 consecutive values
 // x0..x7 (registers (x0,x1) (x2,x3) (x4,x5) (x6,x7)) the registers become (x0,x4) (x1,x5) (x2,x6)
 // (x3,x7), the pairing of nvfp4::decode_word. Register 4q + i then holds elements (8q + i, 8q + i + 4).
-// `last_set` as in load_activations (a skipped set stays zero: zero pairs re-pair to zeros).
 template <int MT>
-__device__ __forceinline__ void pair_by_four(uint32_t (&xa)[2 * MT][16], bool last_set = true) {
+__device__ __forceinline__ void pair_by_four(uint32_t (&xa)[2 * MT][16]) {
 #pragma unroll
-  for (int h = 0; h < 2 * MT; ++h) {
-    if (h == 2 * MT - 1 && !last_set) break;
+  for (int h = 0; h < 2 * MT; ++h)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const uint32_t r0 = xa[h][4 * q], r1 = xa[h][4 * q + 1], r2 = xa[h][4 * q + 2], r3 = xa[h][4 * q + 3];
@@ -66,7 +58,6 @@ __device__ __forceinline__ void pair_by_four(uint32_t (&xa)[2 * MT][16], bool la
       xa[h][4 * q + 2] = __byte_perm(r1, r3, 0x5410);
       xa[h][4 * q + 3] = __byte_perm(r1, r3, 0x7632);
     }
-  }
 }
 
 // out: 0 bf16, 1 fp16, 2 fp32 (the Out enum of nvfp4_linear_launch.h). A runtime switch: one
