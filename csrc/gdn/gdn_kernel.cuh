@@ -592,8 +592,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 #pragma unroll
           for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
           const int dp = pa < 0 ? 0 : depth[pa];
+          int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
-            const int a = wpath[d];
+            const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
             const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
             const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
@@ -602,6 +603,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
               S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
               S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
             }
+            a = an;
           }
           cur = pa;
           have_u = false;
