@@ -117,37 +117,56 @@ static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem ov
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
 // it) and the conversion (which waits). Issuing every load of a phase before the first conversion
-// makes the phase cost one memory latency instead of one per load.
+// makes the phase cost one memory latency instead of one per load. The raw bits of an element
+// whose width is known only at run time are loaded with the same instruction whatever the width
+// (the low 32 bits of a 64-bit element by a 32-bit load, the high ones by a predicated one): a
+// choice between loads of different widths may be merged by a register move, and the move waits.
 __device__ __forceinline__ int64_t load_index(const void* ptr, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(ptr)[i] : int64_t(static_cast<const int32_t*>(ptr)[i]);
 }
-__device__ __forceinline__ uint64_t load_index_bits(const void* ptr, bool is64, int64_t i) {
-  return is64 ? static_cast<const uint64_t*>(ptr)[i] : uint64_t(static_cast<const uint32_t*>(ptr)[i]);
+struct IndexBits {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ IndexBits load_index_bits(const void* ptr, bool is64, int64_t i) {
+  const uint32_t* w = static_cast<const uint32_t*>(ptr) + (is64 ? 2 * i : i);
+  IndexBits x{w[0], 0u};
+  if (is64) x.hi = w[1];
+  return x;
 }
-__device__ __forceinline__ int64_t index_of(uint64_t bits, bool is64) {
-  return is64 ? int64_t(bits) : int64_t(int32_t(uint32_t(bits)));
+__device__ __forceinline__ int64_t index_of(IndexBits x, bool is64) {
+  return is64 ? int64_t(uint64_t(x.hi) << 32 | x.lo) : int64_t(int32_t(x.lo));
 }
 
-// A float element of any dtype as its raw bits; float_of widens them to fp32 (fp64 rounded once:
-// the reference's .to(float32)).
-__device__ __forceinline__ uint64_t load_float_bits(const void* ptr, DType dt, int64_t i) {
-  if (dt == DType::kF64) return static_cast<const uint64_t*>(ptr)[i];
-  if (dt == DType::kF32) return static_cast<const uint32_t*>(ptr)[i];
-  return static_cast<const uint16_t*>(ptr)[i];
+// A float element of any dtype as its raw bits (a 16-bit element in h16, a 32-bit one in lo, a
+// 64-bit one in lo and hi); float_of widens them to fp32 (fp64 rounded once: the reference's
+// .to(float32)).
+struct FloatBits {
+  uint32_t h16, lo, hi;
+};
+__device__ __forceinline__ FloatBits load_float_bits(const void* ptr, DType dt, int64_t i) {
+  FloatBits x{0u, 0u, 0u};
+  if (dt == DType::kBF16 || dt == DType::kF16) {
+    x.h16 = static_cast<const uint16_t*>(ptr)[i];
+  } else {
+    const uint32_t* w = static_cast<const uint32_t*>(ptr) + (dt == DType::kF64 ? 2 * i : i);
+    x.lo = w[0];
+    if (dt == DType::kF64) x.hi = w[1];
+  }
+  return x;
 }
-__device__ __forceinline__ float float_of(uint64_t bits, DType dt) {
+__device__ __forceinline__ float float_of(FloatBits x, DType dt) {
   switch (dt) {
-    case DType::kBF16: return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
-    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    case DType::kBF16: return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(x.h16)));
+    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(x.h16)));
     case DType::kF32: {
-      const uint32_t w = uint32_t(bits);
       float f;
-      memcpy(&f, &w, sizeof f);
+      memcpy(&f, &x.lo, sizeof f);
       return f;
     }
     default: {
+      const uint64_t w = uint64_t(x.hi) << 32 | x.lo;
       double d;
-      memcpy(&d, &bits, sizeof d);
+      memcpy(&d, &w, sizeof d);
       return __double2float_rn(d);
     }
   }
@@ -208,7 +227,7 @@ __device__ __forceinline__ float decay_of(float g) { return __double2float_rn(ex
 // The raw gates of reference.gdn_gates: beta = round(b.dtype, round_fp32(sigmoid_f64(b)));
 // g = -(round_fp32(exp_f64(A_log)) * sp), sp = x if x > 20 else round_fp32(log1p(exp(x))), x = a + dt_bias.
 // bits: the raw elements b, a, dt_bias, A_log of this sequence and head (load_float_bits).
-__device__ __forceinline__ void raw_gates(const Params& p, const uint64_t (&bits)[4], float* g_out, float* beta_out) {
+__device__ __forceinline__ void raw_gates(const Params& p, const FloatBits (&bits)[4], float* g_out, float* beta_out) {
   const float bv = float_of(bits[0], p.b_dt);
   const float s32 = __double2float_rn(1.0 / (1.0 + exp(-double(bv))));
   *beta_out = round_through(s32, p.b_dt);
@@ -254,7 +273,7 @@ __device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
 template <int XB, int VB> struct StageLoads {
   uint4 x[XB];
   uint4 v[VB];
-  uint64_t gate[4];
+  FloatBits gate[4];
 };
 
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
@@ -311,7 +330,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
   // Contains block barriers: every thread calls it.
   static_assert(kMaxTreeNodes <= kThreads, "one parent per thread");
-  auto tree_structure = [&](uint64_t pbits, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
+  auto tree_structure = [&](IndexBits pbits, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
     if (tid < Tp) {
       const int64_t v = index_of(pbits, parents64);
       par[tid] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever tid is
@@ -370,24 +389,42 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     const T* qr = with_q ? static_cast<const T*>(src.q) + int64_t(b) * src.q_sb + int64_t(hq) * src.q_sh : kr;
     const T* vr = static_cast<const T*>(src.v) + int64_t(b) * src.v_sb + int64_t(h) * src.v_sh + cb * kCols;
     const int chunks = nt * (with_q ? 2 : 1) * 16;
+    auto x_ptr = [&](int w) {  // k/q chunk w
+      const int vec = w >> 4, c = w & 15;
+      const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
+      const int t = use_order ? order[j] : j;
+      return (kind == 0 ? kr : qr) + int64_t(t) * (kind == 0 ? src.k_st : src.q_st) + 8 * c;
+    };
+    auto v_ptr = [&](int w) {  // v chunk w
+      const int j = w >> 2, c = w & 3;
+      const int t = use_order ? order[j] : j;
+      return vr + int64_t(t) * src.v_st + 8 * c;
+    };
+    // (the 16-byte and the 2-byte paths apart: no instruction of one waits on a load of the other)
+    if (src.qk16) {
 #pragma unroll
-    for (int m = 0; m < kXB; ++m) {
-      const int w = tid + kThreads * (kXB * rd + m);
-      if (w < chunks) {
-        const int vec = w >> 4, c = w & 15;
-        const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
-        const int t = use_order ? order[j] : j;
-        L.x[m] = load8_bits<T>((kind == 0 ? kr : qr) + int64_t(t) * (kind == 0 ? src.k_st : src.q_st) + 8 * c,
-                               src.qk16);
+      for (int m = 0; m < kXB; ++m) {
+        const int w = tid + kThreads * (kXB * rd + m);
+        if (w < chunks) L.x[m] = load8_bits<T>(x_ptr(w), true);
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kXB; ++m) {
+        const int w = tid + kThreads * (kXB * rd + m);
+        if (w < chunks) L.x[m] = load8_bits<T>(x_ptr(w), false);
       }
     }
+    if (src.v16) {
 #pragma unroll
-    for (int m = 0; m < kVB; ++m) {
-      const int w = tid + kThreads * (kVB * rd + m);
-      if (w < nt * 4) {
-        const int j = w >> 2, c = w & 3;
-        const int t = use_order ? order[j] : j;
-        L.v[m] = load8_bits<T>(vr + int64_t(t) * src.v_st + 8 * c, src.v16);
+      for (int m = 0; m < kVB; ++m) {
+        const int w = tid + kThreads * (kVB * rd + m);
+        if (w < nt * 4) L.v[m] = load8_bits<T>(v_ptr(w), true);
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kVB; ++m) {
+        const int w = tid + kThreads * (kVB * rd + m);
+        if (w < nt * 4) L.v[m] = load8_bits<T>(v_ptr(w), false);
       }
     }
     if (rd == 0 && tid < nt) {
@@ -503,8 +540,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
   const bool c_tree = CIV && p.c_parents != nullptr;
   const bool has_len = kVerify && p.lengths != nullptr;
-  const uint64_t slot_bits = load_index_bits(p.slots, p.slots64, b);
-  uint64_t len_bits = 0, acc_bits = 0, c_acc_bits = 0, par_bits = 0, c_par_bits = 0;
+  const IndexBits slot_bits = load_index_bits(p.slots, p.slots64, b);
+  IndexBits len_bits{0u, 0u}, acc_bits{0u, 0u}, c_acc_bits{0u, 0u}, par_bits{0u, 0u}, c_par_bits{0u, 0u};
   if (has_len) len_bits = load_index_bits(p.lengths, p.lengths64, b);
   if (MODE == Mode::kCommit) acc_bits = load_index_bits(p.accepted, p.accepted64, b);
   if (CIV) c_acc_bits = load_index_bits(p.c_accepted, p.c_accepted64, b);
