@@ -568,9 +568,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
 
   // ---- the prologue's loads: issued together, before anything waits for one of them ----
-  // The index elements, the tree parents (one per thread), and round 0 of the staging of the
-  // tokens that do not depend on a tree path (all T tokens: rows past a length are staged and not
-  // used): their latencies overlap each other's and, once the slot is known, the state tile's.
+  // The index elements, the tree parents and the earlier sequences' slots (one per thread), and
+  // round 0 of the staging of the tokens that do not depend on a tree path (all T tokens: rows past
+  // a length are staged and not used): their latencies overlap each other's and, once the slot is
+  // known, the state tile's.
   const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
   const bool c_tree = CIV && p.c_parents != nullptr;
   const bool has_len = kVerify && p.lengths != nullptr;
@@ -607,6 +608,13 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     c_par_lo = load_index_word(pp, p64, i, false);
     c_par_hi = load_index_word(pp, p64, i, true);
   }
+  // Writers: slots[tid] for the repeated-slot check (thread tid < b; the others read slots[b]).
+  uint32_t dup_lo = 0, dup_hi = 0;
+  if (kWrites) {
+    const int o = tid < b ? tid : b;
+    dup_lo = load_index_word(p.slots, p.slots64, o, false);
+    dup_hi = load_index_word(p.slots, p.slots64, o, true);
+  }
   Loads L0, P0;  // round 0 of the main tokens' staging, of the pending commit's (CIV)
   bool l0 = false;
   if (!CIV && !tree_commit && src.qk16 && src.v16) {  // (CIV: issued just before the pending commit's replay)
@@ -623,8 +631,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   const int64_t slot = index_elem(0, p.slots64);
   bool live = slot >= 0 && slot < p.pool_rows;
   if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
-    bool dup = false;
-    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
+    bool dup = tid < b && index_of(dup_lo, dup_hi, p.slots64) == slot;
+    for (int o = tid + kThreads; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
     live = live && !__syncthreads_or(dup);
   }
   int n = T_;  // tokens (verify: rows) to run
