@@ -41,20 +41,23 @@
 // S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
 // used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
 // current path (the last node visited at each depth). Per node, the new state, the output sum and
-// the next node's u sum (when the next node is its child) are formed in one pass over the rows.
+// the next node's u sum (when the next node is its child) are formed in one pass over the rows, in
+// straight-line code (one shape per case), with S * d and kn of a node formed or read once.
 //
 // Prologue: a launch at small batch is one chain of dependent latencies per CTA, so every load
 // that does not depend on another is issued before anything waits for one. Right after pdl_wait()
-// go out together: the index elements (slot, length, accepted), the tree parents (one per thread)
-// and round 0 of the token staging (k and q chunks, the v chunks of our columns, the gates; all T
+// go out together: the index elements (slot, length, accepted: spread over lanes, broadcast by
+// shuffles afterwards), the tree parents and the earlier sequences' slots (one per thread), and
+// round 0 of the token staging (k and q chunks, the v chunks of our columns, the gates; all T
 // tokens whatever the length); the state tile's 32 loads go out as soon as the slot is known. A
 // staging round loads raw bits into registers and only then converts and stores them to shared
 // memory, so it costs one memory latency instead of one per chunk (in a loop of load-then-store
 // each load waits for the previous stores: the compiler does not move a global load above a
-// shared-memory store). Rounds are sized so that the usual launch stages in one (chain: 16
-// tokens, tree: 32 nodes). Issued later: a commit's tree path (which tokens depends on the
-// parents) and, with the commit folded into a verify, the verify's tokens (issued before the
-// pending tokens are replayed: in flight during the replay).
+// shared-memory store). These loads are unconditional and of fixed width ("loads" below says why).
+// Rounds are sized so that the usual launch stages in one (chain: 16 tokens, tree: 32 nodes).
+// Issued later: a commit's tree path (which tokens depends on the parents) and, with the commit
+// folded into a verify, the verify's tokens (issued before the pending tokens are replayed: in
+// flight during the replay).
 //
 // Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
 // runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
@@ -586,9 +589,18 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     const int e = (lane >> 1) & 3;
     const void* ip = p.slots;  // (an absent element: the slot again)
     bool i64 = p.slots64;
-    if (e == 1 && has_len) ip = p.lengths, i64 = p.lengths64;
-    if (e == 2 && MODE == Mode::kCommit) ip = p.accepted, i64 = p.accepted64;
-    if (e == 3 && CIV) ip = p.c_accepted, i64 = p.c_accepted64;
+    if (e == 1 && has_len) {
+      ip = p.lengths;
+      i64 = p.lengths64;
+    }
+    if (e == 2 && MODE == Mode::kCommit) {
+      ip = p.accepted;
+      i64 = p.accepted64;
+    }
+    if (e == 3 && CIV) {
+      ip = p.c_accepted;
+      i64 = p.c_accepted64;
+    }
     iword = load_index_word(ip, i64, b, (lane & 1) != 0);
   }
   // Tree parents: thread i < Tp loads parents[b, i] (the others the last one again).
