@@ -689,10 +689,12 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
   // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
-  // Work done once: when node i keeps S' (every node but a tree leaf), S holds S * d_i when its
-  // pass starts (the product the pass and the u sum both use: formed by the parent's pass as the
-  // child's u factor, or by the u sum), and kn_i is in registers (kr: read by the parent's pass
-  // as the child's u factor, or by the u sum).
+  // Work done once: kn_i is in registers when node i's pass starts (kr: read by the parent's pass
+  // as the child's u factor, or by the u sum), and outside a tree S holds S * d_i (the product the
+  // pass and the u sum both use: formed by the parent's pass as the child's u factor, or by the u
+  // sum). Not in a tree: a node's S may be needed again by a sibling of its leaf child, and
+  // choosing per node between keeping S' and S' * d_next costs a select per element, as much as
+  // the product it saves.
   auto run_tokens = [&](auto mode_tag, int nt) {
     constexpr Mode PM = decltype(mode_tag)::value;
     constexpr bool kOut = PM != Mode::kCommit;
@@ -701,8 +703,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
     float ux = 0.f, uy = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
-    // keeps(j): node j's S' becomes S (all but a tree leaf, i.e. a node that no child follows)
-    auto keeps = [&](int j) { return PM != Mode::kTree || (j + 1 < nt && par[j + 1] == j); };
+    constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
@@ -733,19 +734,14 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
-        auto u_sum = [&](auto keep_tag) {  // kept: S * d_i replaces S (see "Work done once")
-          constexpr bool kKeep = decltype(keep_tag)::value;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) {
-            kr[r] = kn[r];
-            const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
-            ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
-            uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
-            if (kKeep) S[r] = make_float2(ax, ay);
-          }
-        };
-        if (keep) u_sum(BoolTag<true>{});
-        else if constexpr (PM == Mode::kTree) u_sum(BoolTag<false>{});
+        for (int r = 0; r < kSegLen; ++r) {
+          kr[r] = kn[r];
+          const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
+          ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
+          uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
+          if (kDecayed) S[r] = make_float2(ax, ay);
+        }
       }
       ux = combine_segments(ux);
       uy = combine_segments(uy);
@@ -760,19 +756,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const float* qn = kn + kVecFloats;  // (kOut only)
       float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
       // The pass over the rows in the shape this node needs (a uniform branch): with or without the
-      // child's u sum, S' kept or not, S' * d_next kept (the child keeps) or S'. Each shape is
-      // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
-      // and the independent sums interleave (a sum under a per-row condition would wait for each
-      // row's read in turn).
-      auto pass = [&](auto with_next, auto keep_tag, auto decayed_tag) {
+      // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
+      // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
+      // under a per-row condition would wait for each row's read in turn).
+      auto pass = [&](auto with_next, auto keep_tag) {
         constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
-        constexpr bool kDecayed = decltype(decayed_tag)::value;  // S' * d_next replaces S
         const float dn = kNext ? dec[next] : 0.f;
         const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          const float ax = kKeep ? S[r].x : mul(S[r].x, di);  // S * d_i
-          const float ay = kKeep ? S[r].y : mul(S[r].y, di);
+          const float ax = kDecayed ? S[r].x : mul(S[r].x, di);  // S * d_i
+          const float ay = kDecayed ? S[r].y : mul(S[r].y, di);
           const float sx = add(ax, mul(kr[r], dx));
           const float sy = add(ay, mul(kr[r], dy));
           if (kOut) {
@@ -790,14 +784,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
           }
         }
       };
-      if (next >= 0) {  // S' kept, the child's u formed
-        if (keeps(next)) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<true>{});
-        else if constexpr (PM == Mode::kTree) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<false>{});
-      } else if constexpr (PM == Mode::kTree) {
-        pass(BoolTag<false>{}, BoolTag<false>{}, BoolTag<false>{});  // a leaf
-      } else {
-        pass(BoolTag<false>{}, BoolTag<true>{}, BoolTag<false>{});  // the last token: S' (stored by a step, commit)
-      }
+      if (next >= 0) pass(BoolTag<true>{}, BoolTag<true>{});  // S' kept, the child's u formed
+      else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
+      else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       if (kOut) {
         ox = combine_segments(ox);
         oy = combine_segments(oy);
