@@ -41,20 +41,23 @@
 // S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
 // used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
 // current path (the last node visited at each depth). Per node, the new state, the output sum and
-// the next node's u sum (when the next node is its child) are formed in one pass over the rows.
+// the next node's u sum (when the next node is its child) are formed in one pass over the rows, in
+// straight-line code (one shape per case), with S * d and kn of a node formed or read once.
 //
 // Prologue: a launch at small batch is one chain of dependent latencies per CTA, so every load
 // that does not depend on another is issued before anything waits for one. Right after pdl_wait()
-// go out together: the index elements (slot, length, accepted), the tree parents (one per thread)
-// and round 0 of the token staging (k and q chunks, the v chunks of our columns, the gates; all T
+// go out together: the index elements (slot, length, accepted: spread over lanes, broadcast by
+// shuffles afterwards), the tree parents and the earlier sequences' slots (one per thread), and
+// round 0 of the token staging (k and q chunks, the v chunks of our columns, the gates; all T
 // tokens whatever the length); the state tile's 32 loads go out as soon as the slot is known. A
 // staging round loads raw bits into registers and only then converts and stores them to shared
 // memory, so it costs one memory latency instead of one per chunk (in a loop of load-then-store
 // each load waits for the previous stores: the compiler does not move a global load above a
-// shared-memory store). Rounds are sized so that the usual launch stages in one (chain: 16
-// tokens, tree: 32 nodes). Issued later: a commit's tree path (which tokens depends on the
-// parents) and, with the commit folded into a verify, the verify's tokens (issued before the
-// pending tokens are replayed: in flight during the replay).
+// shared-memory store). These loads are unconditional and of fixed width ("loads" below says why).
+// Rounds are sized so that the usual launch stages in one (chain: 16 tokens, tree: 32 nodes).
+// Issued later: a commit's tree path (which tokens depends on the parents) and, with the commit
+// folded into a verify, the verify's tokens (issued before the pending tokens are replayed: in
+// flight during the replay).
 //
 // Checked without a GPU: tests/native/gdn_host_emulation.cpp compiles this file for the host and
 // runs it against the reference (tests/test_gdn.py, test_host_emulation_*).
@@ -117,37 +120,51 @@ static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem ov
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
 // it) and the conversion (which waits). Issuing every load of a phase before the first conversion
-// makes the phase cost one memory latency instead of one per load.
+// makes the phase cost one memory latency instead of one per load. For that the loads of a phase
+// are unconditional and of a width fixed at compile time: a load under a condition, or one of two
+// loads of different widths, leaves a value that the compiler may merge with a register move, and
+// the move waits for the load (an index or a dtype known only at run time selects an address).
 __device__ __forceinline__ int64_t load_index(const void* ptr, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(ptr)[i] : int64_t(static_cast<const int32_t*>(ptr)[i]);
 }
-__device__ __forceinline__ uint64_t load_index_bits(const void* ptr, bool is64, int64_t i) {
-  return is64 ? static_cast<const uint64_t*>(ptr)[i] : uint64_t(static_cast<const uint32_t*>(ptr)[i]);
+// Element i of an int32 or int64 index array from its two 32-bit words (lo, and hi: the high word of
+// an int64, ignored for an int32: the load reads lo again).
+__device__ __forceinline__ uint32_t load_index_word(const void* ptr, bool is64, int64_t i, bool hi) {
+  return static_cast<const uint32_t*>(ptr)[is64 ? 2 * i + (hi ? 1 : 0) : i];
 }
-__device__ __forceinline__ int64_t index_of(uint64_t bits, bool is64) {
-  return is64 ? int64_t(bits) : int64_t(int32_t(uint32_t(bits)));
+__device__ __forceinline__ int64_t index_of(uint32_t lo, uint32_t hi, bool is64) {
+  return is64 ? int64_t(uint64_t(hi) << 32 | lo) : int64_t(int32_t(lo));
 }
 
-// A float element of any dtype as its raw bits; float_of widens them to fp32 (fp64 rounded once:
-// the reference's .to(float32)).
-__device__ __forceinline__ uint64_t load_float_bits(const void* ptr, DType dt, int64_t i) {
-  if (dt == DType::kF64) return static_cast<const uint64_t*>(ptr)[i];
-  if (dt == DType::kF32) return static_cast<const uint32_t*>(ptr)[i];
-  return static_cast<const uint16_t*>(ptr)[i];
+// A float element of any dtype as its raw bits, four 16-bit loads (those past the element's size
+// read its first half again); float_of widens them to fp32 (fp64 rounded once: the reference's
+// .to(float32)).
+struct FloatBits {
+  uint16_t h[4];
+};
+__host__ __device__ constexpr int dtype_bytes(DType dt) { return dt == DType::kF64 ? 8 : dt == DType::kF32 ? 4 : 2; }
+__device__ __forceinline__ FloatBits load_float_bits(const void* ptr, DType dt, int64_t i) {
+  const int nb = dtype_bytes(dt);
+  const unsigned char* e = static_cast<const unsigned char*>(ptr) + i * nb;
+  FloatBits x;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) x.h[k] = *reinterpret_cast<const uint16_t*>(e + (2 * k < nb ? 2 * k : 0));
+  return x;
 }
-__device__ __forceinline__ float float_of(uint64_t bits, DType dt) {
+__device__ __forceinline__ float float_of(FloatBits x, DType dt) {
+  const uint64_t w = uint64_t(x.h[0]) | uint64_t(x.h[1]) << 16 | uint64_t(x.h[2]) << 32 | uint64_t(x.h[3]) << 48;
   switch (dt) {
-    case DType::kBF16: return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
-    case DType::kF16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    case DType::kBF16: return __bfloat162float(__ushort_as_bfloat16(x.h[0]));
+    case DType::kF16: return __half2float(__ushort_as_half(x.h[0]));
     case DType::kF32: {
-      const uint32_t w = uint32_t(bits);
+      const uint32_t lo = uint32_t(w);
       float f;
-      memcpy(&f, &w, sizeof f);
+      memcpy(&f, &lo, sizeof f);
       return f;
     }
     default: {
       double d;
-      memcpy(&d, &bits, sizeof d);
+      memcpy(&d, &w, sizeof d);
       return __double2float_rn(d);
     }
   }
@@ -174,16 +191,24 @@ template <> struct Pair<__half> {
   __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
-// The raw bits of 8 consecutive 16-bit elements (element e in bits 16e..16e+15, where a 16-byte load
-// puts it): one 16-byte load when `vec` (the host checked alignment), else 8 2-byte loads.
+// 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
+// (The staging path for inputs not aligned to 16 bytes: each load waits before the next.)
 template <typename T>
-__device__ __forceinline__ uint4 load8_bits(const T* src, bool vec) {
-  if (vec) return __ldg(reinterpret_cast<const uint4*>(src));
-  const uint16_t* e = reinterpret_cast<const uint16_t*>(src);
-  return make_uint4(uint32_t(e[0]) | uint32_t(e[1]) << 16, uint32_t(e[2]) | uint32_t(e[3]) << 16,
-                    uint32_t(e[4]) | uint32_t(e[5]) << 16, uint32_t(e[6]) | uint32_t(e[7]) << 16);
+__device__ __forceinline__ void load8(const T* src, bool vec, float (&out)[8]) {
+  if (vec) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_f<T>(src[i]);
+  }
 }
-// ... as fp32
+// The raw bits of 8 consecutive 16-bit elements that start 16-byte aligned (element e in bits
+// 16e..16e+15), and the same as fp32.
+template <typename T>
+__device__ __forceinline__ uint4 load8_bits(const T* src) { return __ldg(reinterpret_cast<const uint4*>(src)); }
 template <typename T>
 __device__ __forceinline__ void floats8_of(const uint4& w, float (&out)[8]) {
   const T* e = reinterpret_cast<const T*>(&w);
@@ -208,7 +233,7 @@ __device__ __forceinline__ float decay_of(float g) { return __double2float_rn(ex
 // The raw gates of reference.gdn_gates: beta = round(b.dtype, round_fp32(sigmoid_f64(b)));
 // g = -(round_fp32(exp_f64(A_log)) * sp), sp = x if x > 20 else round_fp32(log1p(exp(x))), x = a + dt_bias.
 // bits: the raw elements b, a, dt_bias, A_log of this sequence and head (load_float_bits).
-__device__ __forceinline__ void raw_gates(const Params& p, const uint64_t (&bits)[4], float* g_out, float* beta_out) {
+__device__ __forceinline__ void raw_gates(const Params& p, const FloatBits (&bits)[4], float* g_out, float* beta_out) {
   const float bv = float_of(bits[0], p.b_dt);
   const float s32 = __double2float_rn(1.0 / (1.0 + exp(-double(bv))));
   *beta_out = round_through(s32, p.b_dt);
@@ -254,7 +279,8 @@ __device__ __forceinline__ TokenSrc pending_tokens(const Params& p) {
 template <int XB, int VB> struct StageLoads {
   uint4 x[XB];
   uint4 v[VB];
-  uint64_t gate[4];
+  float g;
+  FloatBits beta, raw[4];
 };
 
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
@@ -305,15 +331,15 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // before it (the current path is exactly that node's ancestor chain). Each thread checks its
   // nodes by walking up from node i - 1 while above p, and counts node i's ancestors (its depth);
   // both walks follow parent links that strictly decrease, so they end even on invalid input.
-  // pbits: parents[b, tid] as loaded by the caller (load_index_bits; Tp <= kThreads).
+  // (plo, phi): parents[b, tid] as loaded by the caller (load_index_word; Tp <= kThreads).
   // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
   // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
   // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
   // Contains block barriers: every thread calls it.
   static_assert(kMaxTreeNodes <= kThreads, "one parent per thread");
-  auto tree_structure = [&](uint64_t pbits, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
+  auto tree_structure = [&](uint32_t plo, uint32_t phi, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
     if (tid < Tp) {
-      const int64_t v = index_of(pbits, parents64);
+      const int64_t v = index_of(plo, phi, parents64);
       par[tid] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever tid is
     }
     if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
@@ -360,9 +386,15 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // round 0). A round issues all of its loads into registers (stage_issue), then converts and
   // stores them (stage_store): one memory latency per round (a load followed by its stores, in a
   // loop, waits once per chunk: the compiler does not move a load above the previous chunk's
-  // shared-memory stores). The usual launch is one round; a caller may issue round 0 early.
-  // use_order: the j-th staged token is order[j] of src (a commit's path), else token j.
+  // shared-memory stores). The loads of a round are unconditional (a thread past the last chunk
+  // or token reads the last one again; only the stores are conditional). The usual launch is one
+  // round; a caller may issue round 0 early. Inputs not 16-byte aligned take the plain loop
+  // (stage_plain: a load, then its stores). use_order: the j-th staged token is order[j] of src
+  // (a commit's path), else token j.
   using T2 = typename Pair<T>::type;
+  auto staged_token = [&](bool use_order, int j) { return use_order ? order[j] : j; };
+  auto gate_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h; };
+  auto beta_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h; };
   auto stage_issue = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int rd) {
     Loads L;
     // k[b, t, hq, :] = kr + t * k_st (q alike), v[b, t, h, cb*32 ..] = vr + t * v_st
@@ -372,37 +404,44 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     const int chunks = nt * (with_q ? 2 : 1) * 16;
 #pragma unroll
     for (int m = 0; m < kXB; ++m) {
-      const int w = tid + kThreads * (kXB * rd + m);
-      if (w < chunks) {
-        const int vec = w >> 4, c = w & 15;
-        const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
-        const int t = use_order ? order[j] : j;
-        L.x[m] = load8_bits<T>((kind == 0 ? kr : qr) + int64_t(t) * (kind == 0 ? src.k_st : src.q_st) + 8 * c,
-                               src.qk16);
-      }
+      int w = tid + kThreads * (kXB * rd + m);
+      w = w < chunks ? w : chunks - 1;
+      const int vec = w >> 4, c = w & 15;
+      const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
+      const int t = staged_token(use_order, j);
+      L.x[m] = load8_bits<T>((kind == 0 ? kr : qr) + int64_t(t) * (kind == 0 ? src.k_st : src.q_st) + 8 * c);
     }
 #pragma unroll
     for (int m = 0; m < kVB; ++m) {
-      const int w = tid + kThreads * (kVB * rd + m);
-      if (w < nt * 4) {
-        const int j = w >> 2, c = w & 3;
-        const int t = use_order ? order[j] : j;
-        L.v[m] = load8_bits<T>(vr + int64_t(t) * src.v_st + 8 * c, src.v16);
-      }
+      int w = tid + kThreads * (kVB * rd + m);
+      w = w < nt * 4 ? w : nt * 4 - 1;
+      L.v[m] = load8_bits<T>(vr + int64_t(staged_token(use_order, w >> 2)) * src.v_st + 8 * (w & 3));
     }
-    if (rd == 0 && tid < nt) {
-      const int t = use_order ? order[tid] : tid;
+    if (rd == 0) {
+      const int t = staged_token(use_order, tid < nt ? tid : nt - 1);
       if (RAW && raw) {
-        L.gate[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
-        L.gate[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
-        L.gate[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
-        L.gate[3] = load_float_bits(p.A_log, p.alog_dt, h);
+        L.raw[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+        L.raw[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
+        L.raw[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
+        L.raw[3] = load_float_bits(p.A_log, p.alog_dt, h);
       } else {
-        L.gate[0] = load_float_bits(src.g, DType::kF32, int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h);
-        L.gate[1] = load_float_bits(src.beta, src.beta_dt, int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h);
+        L.g = src.g[gate_at(src, t)];
+        L.beta = load_float_bits(src.beta, src.beta_dt, beta_at(src, t));
       }
     }
     return L;
+  };
+  // decay and beta of the thread's token (tid < nt) from the loaded gate elements
+  auto store_gates = [&](const TokenSrc& src, const Loads& L, bool raw) {
+    float g, bt;
+    if (RAW && raw) {
+      raw_gates(p, L.raw, &g, &bt);
+    } else {
+      g = L.g;
+      bt = float_of(L.beta, src.beta_dt);
+    }
+    dec[tid] = decay_of(g);
+    bet[tid] = bt;
   };
   auto stage_store = [&](const TokenSrc& src, const Loads& L, int nt, bool with_q, bool raw, int rd) {
     const int chunks = nt * (with_q ? 2 : 1) * 16;
@@ -430,20 +469,55 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
       }
     }
-    if (rd == 0 && tid < nt) {
-      float g, bt;
+    if (rd == 0 && tid < nt) store_gates(src, L, raw);
+  };
+  auto stage_plain = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw) {
+    const T* qg = static_cast<const T*>(src.q);
+    const T* kg = static_cast<const T*>(src.k);
+    const T* vg = static_cast<const T*>(src.v);
+    const int kinds = with_q ? 2 : 1;
+    for (int w = tid; w < nt * kinds * 16; w += kThreads) {
+      const int vec = w >> 4, c = w & 15;
+      const int j = vec / kinds, kind = vec % kinds;
+      const int t = staged_token(use_order, j);
+      const T* s = kind == 0 ? kg + int64_t(b) * src.k_sb + int64_t(t) * src.k_st + int64_t(hq) * src.k_sh
+                             : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
+      float e[8];
+      load8<T>(s + 8 * c, src.qk16, e);
+      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+    }
+    for (int w = tid; w < nt * 4; w += kThreads) {
+      const int j = w >> 2, c = w & 3;
+      const int t = staged_token(use_order, j);
+      float e[8];
+      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kCols + 8 * c,
+               src.v16, e);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+    }
+    if (tid < nt) {
+      Loads L;
+      const int t = staged_token(use_order, tid);
       if (RAW && raw) {
-        raw_gates(p, L.gate, &g, &bt);
+        L.raw[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+        L.raw[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
+        L.raw[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
+        L.raw[3] = load_float_bits(p.A_log, p.alog_dt, h);
       } else {
-        g = float_of(L.gate[0], DType::kF32);
-        bt = float_of(L.gate[1], src.beta_dt);
+        L.g = src.g[gate_at(src, t)];
+        L.beta = load_float_bits(src.beta, src.beta_dt, beta_at(src, t));
       }
-      dec[tid] = decay_of(g);
-      bet[tid] = bt;
+      store_gates(src, L, raw);
     }
   };
-  // The rounds from `first` on (round 0 issued early is stored by the caller).
+  // The rounds from `first` on (round 0 issued early is stored by the caller; 16-byte aligned inputs).
   auto stage = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int first) {
+    if (!(src.qk16 && src.v16)) {
+      stage_plain(src, nt, with_q, use_order, raw);
+      return;
+    }
     const int rx = (nt * (with_q ? 2 : 1) * 16 + kXB * kThreads - 1) / (kXB * kThreads);
     const int rv = (nt * 4 + kVB * kThreads - 1) / (kVB * kThreads);
     for (int rd = first; rd < (rx > rv ? rx : rv); ++rd) {
@@ -497,54 +571,98 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   pdl_allow();  // every CTA of this grid is resident or queued: let the next kernel queue
 
   // ---- the prologue's loads: issued together, before anything waits for one of them ----
-  // The index elements, the tree parents (one per thread), and round 0 of the staging of the
-  // tokens that do not depend on a tree path (all T tokens: rows past a length are staged and not
-  // used): their latencies overlap each other's and, once the slot is known, the state tile's.
+  // The index elements, the tree parents and the earlier sequences' slots (one per thread), and
+  // round 0 of the staging of the tokens that do not depend on a tree path (all T tokens: rows past
+  // a length are staged and not used): their latencies overlap each other's and, once the slot is
+  // known, the state tile's.
   const bool tree_commit = MODE == Mode::kCommit && p.parents != nullptr;
   const bool c_tree = CIV && p.c_parents != nullptr;
   const bool has_len = kVerify && p.lengths != nullptr;
-  const uint64_t slot_bits = load_index_bits(p.slots, p.slots64, b);
-  uint64_t len_bits = 0, acc_bits = 0, c_acc_bits = 0, par_bits = 0, c_par_bits = 0;
-  if (has_len) len_bits = load_index_bits(p.lengths, p.lengths64, b);
-  if (MODE == Mode::kCommit) acc_bits = load_index_bits(p.accepted, p.accepted64, b);
-  if (CIV) c_acc_bits = load_index_bits(p.c_accepted, p.c_accepted64, b);
-  if ((MODE == Mode::kTree || tree_commit) && tid < T_)
-    par_bits = load_index_bits(p.parents, p.parents64, int64_t(b) * T_ + tid);
-  if (c_tree && tid < Tc) c_par_bits = load_index_bits(p.c_parents, p.c_parents64, int64_t(b) * Tc + tid);
   const TokenSrc src = main_tokens(p, T_);
   const TokenSrc pend = pending_tokens(p);  // (CIV)
+  // Index elements: lane 2e + w (of each warp; lanes from 8 on repeat) loads word w of element e of
+  // (slot, length, accepted, pending accepted), broadcast by shuffles once the staging loads are
+  // out. (An element loaded by every lane alike is uniform, and the compiler may move it to a
+  // uniform register at once: a move that waits for the load.)
+  uint32_t iword;
+  {
+    const int e = (lane >> 1) & 3;
+    const void* ip = p.slots;  // (an absent element: the slot again)
+    bool i64 = p.slots64;
+    if (e == 1 && has_len) {
+      ip = p.lengths;
+      i64 = p.lengths64;
+    }
+    if (e == 2 && MODE == Mode::kCommit) {
+      ip = p.accepted;
+      i64 = p.accepted64;
+    }
+    if (e == 3 && CIV) {
+      ip = p.c_accepted;
+      i64 = p.c_accepted64;
+    }
+    iword = load_index_word(ip, i64, b, (lane & 1) != 0);
+  }
+  // Tree parents: thread i < Tp loads parents[b, i] (the others the last one again).
+  uint32_t par_lo = 0, par_hi = 0, c_par_lo = 0, c_par_hi = 0;
+  if (MODE == Mode::kTree || MODE == Mode::kCommit) {
+    const bool has = MODE == Mode::kTree || tree_commit;
+    const void* pp = has ? p.parents : p.slots;
+    const bool p64 = has ? p.parents64 : p.slots64;
+    const int64_t i = has ? int64_t(b) * T_ + (tid < T_ ? tid : T_ - 1) : b;
+    par_lo = load_index_word(pp, p64, i, false);
+    par_hi = load_index_word(pp, p64, i, true);
+  }
+  if (CIV) {
+    const void* pp = c_tree ? p.c_parents : p.slots;
+    const bool p64 = c_tree ? p.c_parents64 : p.slots64;
+    const int64_t i = c_tree ? int64_t(b) * Tc + (tid < Tc ? tid : Tc - 1) : b;
+    c_par_lo = load_index_word(pp, p64, i, false);
+    c_par_hi = load_index_word(pp, p64, i, true);
+  }
+  // Writers: slots[tid] for the repeated-slot check (thread tid < b; the others read slots[b]).
+  uint32_t dup_lo = 0, dup_hi = 0;
+  if (kWrites) {
+    const int o = tid < b ? tid : b;
+    dup_lo = load_index_word(p.slots, p.slots64, o, false);
+    dup_hi = load_index_word(p.slots, p.slots64, o, true);
+  }
   Loads L0, P0;  // round 0 of the main tokens' staging, of the pending commit's (CIV)
   bool l0 = false;
-  if (!CIV && !tree_commit) {  // (CIV: issued just before the pending commit's replay)
+  if (!CIV && !tree_commit && src.qk16 && src.v16) {  // (CIV: issued just before the pending commit's replay)
     L0 = stage_issue(src, T_, MODE != Mode::kCommit, false, true, 0);
     l0 = true;
   }
-  if (CIV && !c_tree) P0 = stage_issue(pend, Tc, false, false, false, 0);
+  const bool p0 = CIV && !c_tree && pend.qk16 && pend.v16;
+  if (p0) P0 = stage_issue(pend, Tc, false, false, false, 0);
 
   // ---- which pool row, how many tokens (every thread computes the same) ----
-  const int64_t slot = index_of(slot_bits, p.slots64);
+  auto index_elem = [&](int e, bool is64) {
+    return index_of(__shfl_sync(0xffffffffu, iword, 2 * e), __shfl_sync(0xffffffffu, iword, 2 * e + 1), is64);
+  };
+  const int64_t slot = index_elem(0, p.slots64);
   bool live = slot >= 0 && slot < p.pool_rows;
   if (kWrites) {  // a slot repeated by an earlier sequence: only the first one writes (no race)
-    bool dup = false;
-    for (int o = tid; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
+    bool dup = tid < b && index_of(dup_lo, dup_hi, p.slots64) == slot;
+    for (int o = tid + kThreads; o < b; o += kThreads) dup |= load_index(p.slots, p.slots64, o) == slot;
     live = live && !__syncthreads_or(dup);
   }
   int n = T_;  // tokens (verify: rows) to run
-  if (has_len) {
-    const int64_t len = index_of(len_bits, p.lengths64);
-    if (len < 0 || len > T_) live = false;
-    else n = int(len);
+  if (kVerify) {  // (the shuffles run with or without lengths: every thread takes the same branches)
+    const int64_t len = index_elem(1, p.lengths64);
+    if (has_len && (len < 0 || len > T_)) live = false;
+    else if (has_len) n = int(len);
   }
   int64_t acc = 0;
   if (MODE == Mode::kCommit) {
-    acc = index_of(acc_bits, p.accepted64);
+    acc = index_elem(2, p.accepted64);
     if (tree_commit ? (acc < -1 || acc >= T_) : (acc < 0 || acc > T_)) live = false;
     else if (!tree_commit) n = int(acc);
   }
   int64_t c_acc = 0;
   int nc = 0;  // pending tokens to replay
   if (CIV) {
-    c_acc = index_of(c_acc_bits, p.c_accepted64);
+    c_acc = index_elem(3, p.c_accepted64);
     if (c_tree ? (c_acc < -1 || c_acc >= Tc) : (c_acc < 0 || c_acc > Tc)) live = false;
     else nc = c_tree ? Tc : int(c_acc);  // a tree: the path length, found below
   }
@@ -571,10 +689,12 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
   // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
-  // Work done once: when node i keeps S' (every node but a tree leaf), S holds S * d_i when its
-  // pass starts (the product the pass and the u sum both use: formed by the parent's pass as the
-  // child's u factor, or by the u sum), and kn_i is in registers (kr: read by the parent's pass
-  // as the child's u factor, or by the u sum).
+  // Work done once: kn_i is in registers when node i's pass starts (kr: read by the parent's pass
+  // as the child's u factor, or by the u sum), and outside a tree S holds S * d_i (the product the
+  // pass and the u sum both use: formed by the parent's pass as the child's u factor, or by the u
+  // sum). Not in a tree: a node's S may be needed again by a sibling of its leaf child, and
+  // choosing per node between keeping S' and S' * d_next costs a select per element, as much as
+  // the product it saves.
   auto run_tokens = [&](auto mode_tag, int nt) {
     constexpr Mode PM = decltype(mode_tag)::value;
     constexpr bool kOut = PM != Mode::kCommit;
@@ -583,8 +703,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
     float ux = 0.f, uy = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
-    // keeps(j): node j's S' becomes S (all but a tree leaf, i.e. a node that no child follows)
-    auto keeps = [&](int j) { return PM != Mode::kTree || (j + 1 < nt && par[j + 1] == j); };
+    constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
@@ -592,8 +711,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 #pragma unroll
           for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
           const int dp = pa < 0 ? 0 : depth[pa];
+          int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
-            const int a = wpath[d];
+            const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
             const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
             const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
@@ -602,6 +722,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
               S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
               S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
             }
+            a = an;
           }
           cur = pa;
           have_u = false;
@@ -613,19 +734,14 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
-        auto u_sum = [&](auto keep_tag) {  // kept: S * d_i replaces S (see "Work done once")
-          constexpr bool kKeep = decltype(keep_tag)::value;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) {
-            kr[r] = kn[r];
-            const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
-            ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
-            uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
-            if (kKeep) S[r] = make_float2(ax, ay);
-          }
-        };
-        if (keep) u_sum(BoolTag<true>{});
-        else if constexpr (PM == Mode::kTree) u_sum(BoolTag<false>{});
+        for (int r = 0; r < kSegLen; ++r) {
+          kr[r] = kn[r];
+          const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
+          ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
+          uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
+          if (kDecayed) S[r] = make_float2(ax, ay);
+        }
       }
       ux = combine_segments(ux);
       uy = combine_segments(uy);
@@ -640,19 +756,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const float* qn = kn + kVecFloats;  // (kOut only)
       float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
       // The pass over the rows in the shape this node needs (a uniform branch): with or without the
-      // child's u sum, S' kept or not, S' * d_next kept (the child keeps) or S'. Each shape is
-      // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
-      // and the independent sums interleave (a sum under a per-row condition would wait for each
-      // row's read in turn).
-      auto pass = [&](auto with_next, auto keep_tag, auto decayed_tag) {
+      // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
+      // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
+      // under a per-row condition would wait for each row's read in turn).
+      auto pass = [&](auto with_next, auto keep_tag) {
         constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
-        constexpr bool kDecayed = decltype(decayed_tag)::value;  // S' * d_next replaces S
         const float dn = kNext ? dec[next] : 0.f;
         const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          const float ax = kKeep ? S[r].x : mul(S[r].x, di);  // S * d_i
-          const float ay = kKeep ? S[r].y : mul(S[r].y, di);
+          const float ax = kDecayed ? S[r].x : mul(S[r].x, di);  // S * d_i
+          const float ay = kDecayed ? S[r].y : mul(S[r].y, di);
           const float sx = add(ax, mul(kr[r], dx));
           const float sy = add(ay, mul(kr[r], dy));
           if (kOut) {
@@ -670,14 +784,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
           }
         }
       };
-      if (next >= 0) {  // S' kept, the child's u formed
-        if (keeps(next)) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<true>{});
-        else if constexpr (PM == Mode::kTree) pass(BoolTag<true>{}, BoolTag<true>{}, BoolTag<false>{});
-      } else if constexpr (PM == Mode::kTree) {
-        pass(BoolTag<false>{}, BoolTag<false>{}, BoolTag<false>{});  // a leaf
-      } else {
-        pass(BoolTag<false>{}, BoolTag<true>{}, BoolTag<false>{});  // the last token: S' (stored by a step, commit)
-      }
+      if (next >= 0) pass(BoolTag<true>{}, BoolTag<true>{});  // S' kept, the child's u formed
+      else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
+      else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       if (kOut) {
         ox = combine_segments(ox);
         oy = combine_segments(oy);
@@ -699,21 +808,23 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
   if (CIV && live) {
     if (c_tree) {
-      nc = tree_structure(c_par_bits, pend.parents64, Tc, Tc, true, c_acc);
+      nc = tree_structure(c_par_lo, c_par_hi, pend.parents64, Tc, Tc, true, c_acc);
       if (nc < 0) live = false;  // an invalid pending tree: nothing written, zero outputs
     }
     if (live && nc > 0) {
-      if (c_tree) {
-        stage(pend, nc, false, true, false, 0);
-      } else {
+      if (p0) {
         stage_store(pend, P0, nc, false, false, 0);
         stage(pend, nc, false, false, false, 1);
+      } else {
+        stage(pend, nc, false, c_tree, false, 0);
       }
       __syncthreads();
       normalize(nc, false);
       __syncthreads();
-      L0 = stage_issue(src, T_, true, false, true, 0);  // the verify's round 0, in flight during the replay
-      l0 = true;
+      if (src.qk16 && src.v16) {  // the verify's round 0, in flight during the replay
+        L0 = stage_issue(src, T_, true, false, true, 0);
+        l0 = true;
+      }
       run_tokens(ModeTag<Mode::kCommit>{}, nc);
       store_tile();
       __syncthreads();  // the staging area is reused by the verify
@@ -721,7 +832,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   }
 
   if (tree_commit && live) {  // the path decides which tokens are staged
-    n = tree_structure(par_bits, src.parents64, T_, T_, true, acc);
+    n = tree_structure(par_lo, par_hi, src.parents64, T_, T_, true, acc);
     if (n <= 0) live = false;
   }
 
@@ -738,7 +849,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   } else {
     stage(src, n, MODE != Mode::kCommit, tree_commit, true, 0);
   }
-  if (MODE == Mode::kTree) n = tree_structure(par_bits, src.parents64, T_, n, false, 0);  // rows from n: zeros
+  if (MODE == Mode::kTree) n = tree_structure(par_lo, par_hi, src.parents64, T_, n, false, 0);  // rows from n: zeros
   __syncthreads();
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();

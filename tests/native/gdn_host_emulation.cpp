@@ -2,7 +2,7 @@
 //
 // The kernel template is compiled by the host compiler with a small emulation of what it uses from
 // CUDA: each CTA's 64 threads are cooperative user-space threads (ucontext) switched round-robin at
-// every barrier; __syncthreads, __syncwarp and the xor shuffles are CTA-wide barriers (valid for
+// every barrier; __syncthreads, __syncwarp and the shuffles are CTA-wide barriers (valid for
 // this kernel: both warps always execute the same sequence of them); the _rn intrinsics are plain
 // IEEE float operations (built with -ffp-contract=off: no fused multiply-add). Transcendentals come
 // from the host libm, not CUDA's, so a value within an ulp of an fp32 rounding boundary could round
@@ -44,6 +44,7 @@ bool g_done[kThreads];
 int g_arrived = 0, g_live = kThreads;
 unsigned g_gen = 0;
 float g_xchg[kThreads];
+uint64_t g_xchg64[kThreads];
 int g_pred[kThreads];
 std::function<void()> g_body;
 unsigned char* g_smem = nullptr;  // the kernel's shared memory (set by main)
@@ -129,6 +130,20 @@ inline int atomicMin(int* addr, int v) {  // one emulated thread runs at a time
   const int old = *addr;
   if (v < old) *addr = v;
   return old;
+}
+template <typename V>
+inline V __shfl_sync(unsigned, V v, int src) {  // (4- and 8-byte values)
+  static_assert(sizeof(V) <= sizeof(uint64_t), "shuffle of a value over 8 bytes");
+  const int t = emu::g_cur;
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof v);
+  emu::g_xchg64[t] = w;
+  emu::barrier();
+  w = emu::g_xchg64[(t & ~31) | (src & 31)];
+  emu::barrier();
+  V r;
+  std::memcpy(&r, &w, sizeof r);
+  return r;
 }
 inline float __shfl_xor_sync(unsigned, float v, int m) {
   const int t = emu::g_cur;
