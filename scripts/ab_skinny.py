@@ -10,6 +10,7 @@ import argparse
 
 import torch
 
+from profile_kernels import random_fp8, random_nvfp4  # scripts/ (the script's own folder)
 from qwen38_kernels import bench
 
 OPS = torch.ops.qwen38
@@ -27,15 +28,12 @@ def main() -> int:
         n, k = (int(v) for v in shape.split("x"))
         for op in a.ops.split(","):
             if op == "nvfp4":
-                w = torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8)
-                s = (torch.rand(n, k // 16, device="cuda") * 2 + 0.5).to(torch.float8_e4m3fn)
-                gs = torch.tensor([0.01], device="cuda")
+                w, s, gs = random_nvfp4(n, k)
                 wbytes = n * k // 2 + n * k // 16
                 make = lambda i, w=w, s=s, gs=gs: (w.clone(), s.clone(), gs)  # noqa: E731
                 call = lambda x, w, s, gs: OPS.nvfp4_linear(x, w, s, gs, None, None)  # noqa: E731
             else:
-                w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-                s = torch.rand((n + 127) // 128, (k + 127) // 128, device="cuda") + 0.5
+                w, s = random_fp8(n, k)
                 wbytes = n * k
                 make = lambda i, w=w, s=s: (w.clone(), s.clone())  # noqa: E731
                 call = lambda x, w, s: OPS.fp8_block_linear(x, w, s, None, None)  # noqa: E731

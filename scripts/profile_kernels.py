@@ -21,16 +21,26 @@ def _x(m: int, k: int) -> torch.Tensor:
     return torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
 
 
+def random_nvfp4(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random packed e2m1 bytes, finite e4m3 block scales and a global scale of an [n, k] weight."""
+    w = torch.randint(0, 256, (n, k // 2), device=DEV, dtype=torch.uint8)
+    s = (torch.rand(n, k // 16, device=DEV) * 2 + 0.5).to(torch.float8_e4m3fn)
+    return w, s, torch.tensor([0.01], device=DEV)
+
+
+def random_fp8(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random e4m3 [n, k] weight and its 128x128 block scales."""
+    w = (torch.randn(n, k, device=DEV) * 0.5).to(torch.float8_e4m3fn)
+    return w, torch.rand((n + 127) // 128, (k + 127) // 128, device=DEV) + 0.5
+
+
 def case(name: str, a: int, n: int = 34816, k: int = 5120):
     if name == "nvfp4":
-        w = torch.randint(0, 256, (n, k // 2), device=DEV, dtype=torch.uint8)
-        s = (torch.rand(n, k // 16, device=DEV) * 2 + 0.5).to(torch.float8_e4m3fn)
-        gs = torch.tensor([0.01], device=DEV)
+        w, s, gs = random_nvfp4(n, k)
         x = _x(a, k)
         return lambda: OPS.nvfp4_linear(x, w, s, gs, None, None)
     if name == "fp8":
-        w = (torch.randn(n, k, device=DEV) * 0.5).to(torch.float8_e4m3fn)
-        s = torch.rand((n + 127) // 128, (k + 127) // 128, device=DEV) + 0.5
+        w, s = random_fp8(n, k)
         x = _x(a, k)
         return lambda: OPS.fp8_block_linear(x, w, s, None, None)
     if name == "head":

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <limits>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -118,6 +119,16 @@ inline bool knob_enabled(const char* name, bool dflt) {
 
 // A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an
 // element the kernel forgets to write shows up instead of hiding behind whatever the memory held.
+// An int32/int64 index tensor as the kernels take it: its data pointer and whether it is int64. An
+// absent optional leaves both as they are (the null pointer means "not given").
+inline void set_index(const void*& ptr, bool& is64, const at::Tensor& t) {
+  ptr = t.data_ptr();
+  is64 = t.scalar_type() == at::kLong;
+}
+inline void set_index(const void*& ptr, bool& is64, const std::optional<at::Tensor>& t) {
+  if (t.has_value()) set_index(ptr, is64, *t);
+}
+
 inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (knob_enabled("QWEN38_POISON_OUTPUTS", false)) {
     // floating outputs start as NaN; integer outputs (indices) as the most negative value

@@ -149,8 +149,7 @@ Params base_params(const at::Tensor& x, const at::Tensor& conv_state, const at::
   p.f16 = x.scalar_type() == at::kHalf;
   p.state = conv_state.data_ptr();
   p.state_rows = conv_state.size(0);
-  p.slots = slots.data_ptr();
-  p.slots64 = slots.scalar_type() == at::kLong;
+  set_index(p.slots, p.slots64, slots);
   p.batch = b;
   p.tokens = t;
   p.channels = x.size(-1);
@@ -196,13 +195,9 @@ at::Tensor verify(const char* op, Mode mode, const at::Tensor& x, const at::Tens
   Params p = base_params(x, conv_state, slots, b, t);
   p.weight = weight.data_ptr();
   p.weight_f32 = weight.scalar_type() == at::kFloat;
-  if (lengths.has_value()) {
-    p.lengths = lengths->data_ptr();
-    p.lengths64 = lengths->scalar_type() == at::kLong;
-  }
+  set_index(p.lengths, p.lengths64, lengths);
   if (parents.has_value()) {
-    p.parents = parents->data_ptr();
-    p.parents64 = parents->scalar_type() == at::kLong;
+    set_index(p.parents, p.parents64, *parents);
     p.parents_sb = parents->stride(0);
   }
   p.y = y.data_ptr();
@@ -244,11 +239,9 @@ void conv_commit_cuda(const at::Tensor& x, at::Tensor& conv_state, const at::Ten
     }
   }
   Params p = base_params(x, conv_state, slots, b, t);
-  p.accepted = accepted.data_ptr();
-  p.accepted64 = accepted.scalar_type() == at::kLong;
+  set_index(p.accepted, p.accepted64, accepted);
   if (parents.has_value()) {
-    p.parents = parents->data_ptr();
-    p.parents64 = parents->scalar_type() == at::kLong;
+    set_index(p.parents, p.parents64, *parents);
     p.parents_sb = parents->stride(0);
   }
   run(kOp, Mode::kCommit, p, x);

@@ -243,8 +243,7 @@ void fill_gates(Params& p, const at::Tensor& g, const at::Tensor& beta, bool tok
 void fill_pool(Params& p, const at::Tensor& pool, const at::Tensor& slots) {
   p.pool = pool.data_ptr<float>();
   p.pool_rows = pool.size(0);
-  p.slots = slots.data_ptr();
-  p.slots64 = slots.scalar_type() == at::kLong;
+  set_index(p.slots, p.slots64, slots);
 }
 
 void run(const char* op, Mode mode, const Params& p, const at::Tensor& pool) {
@@ -335,14 +334,8 @@ at::Tensor verify_impl(const char* op, Mode mode, const at::Tensor& q, const at:
   fill_acts(p, &q, k, v, true);
   fill_gates(p, g, beta, true);
   fill_pool(p, state_pool, slots);
-  if (lengths.has_value()) {
-    p.lengths = lengths->data_ptr();
-    p.lengths64 = lengths->scalar_type() == at::kLong;
-  }
-  if (parents.has_value()) {
-    p.parents = parents->data_ptr();
-    p.parents64 = parents->scalar_type() == at::kLong;
-  }
+  set_index(p.lengths, p.lengths64, lengths);
+  set_index(p.parents, p.parents64, parents);
   p.out = out.data_ptr();
   p.batch = int(batch);
   p.tokens = int(t);
@@ -381,12 +374,8 @@ void gdn_commit_cuda(const at::Tensor& k, const at::Tensor& v, const at::Tensor&
   fill_acts(p, nullptr, k, v, true);
   fill_gates(p, g, beta, true);
   fill_pool(p, state_pool, slots);
-  p.accepted = accepted.data_ptr();
-  p.accepted64 = accepted.scalar_type() == at::kLong;
-  if (parents.has_value()) {
-    p.parents = parents->data_ptr();
-    p.parents64 = parents->scalar_type() == at::kLong;
-  }
+  set_index(p.accepted, p.accepted64, accepted);
+  set_index(p.parents, p.parents64, parents);
   p.batch = int(batch);
   p.tokens = int(t);
   run(op, Mode::kCommit, p, state_pool);
@@ -427,14 +416,8 @@ at::Tensor gdn_commit_verify_cuda(const at::Tensor& c_k, const at::Tensor& c_v, 
   fill_acts(p, &q, k, v, true);
   fill_gates(p, g, beta, true);
   fill_pool(p, state_pool, slots);
-  if (lengths.has_value()) {
-    p.lengths = lengths->data_ptr();
-    p.lengths64 = lengths->scalar_type() == at::kLong;
-  }
-  if (tree) {
-    p.parents = parents->data_ptr();
-    p.parents64 = parents->scalar_type() == at::kLong;
-  }
+  set_index(p.lengths, p.lengths64, lengths);
+  if (tree) set_index(p.parents, p.parents64, *parents);
   p.civ = true;
   p.c_k = c_k.data_ptr();
   p.c_v = c_v.data_ptr();
@@ -453,12 +436,8 @@ at::Tensor gdn_commit_verify_cuda(const at::Tensor& c_k, const at::Tensor& c_v, 
   p.c_beta_sb = c_beta.stride(0);
   p.c_beta_st = c_beta.stride(1);
   p.c_beta_dt = to_dtype(c_beta.scalar_type());
-  p.c_accepted = c_accepted.data_ptr();
-  p.c_accepted64 = c_accepted.scalar_type() == at::kLong;
-  if (c_parents.has_value()) {
-    p.c_parents = c_parents->data_ptr();
-    p.c_parents64 = c_parents->scalar_type() == at::kLong;
-  }
+  set_index(p.c_accepted, p.c_accepted64, c_accepted);
+  set_index(p.c_parents, p.c_parents64, c_parents);
   p.c_tokens = int(tc);
   p.out = out.data_ptr();
   p.batch = int(batch);

@@ -395,6 +395,18 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   auto staged_token = [&](bool use_order, int j) { return use_order ? order[j] : j; };
   auto gate_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h; };
   auto beta_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h; };
+  // the gate elements of token t (raw projections, or g and beta) into L, as raw bits
+  auto load_gates = [&](const TokenSrc& src, int t, bool raw, Loads& L) {
+    if (RAW && raw) {
+      L.raw[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
+      L.raw[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
+      L.raw[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
+      L.raw[3] = load_float_bits(p.A_log, p.alog_dt, h);
+    } else {
+      L.g = src.g[gate_at(src, t)];
+      L.beta = load_float_bits(src.beta, src.beta_dt, beta_at(src, t));
+    }
+  };
   auto stage_issue = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int rd) {
     Loads L;
     // k[b, t, hq, :] = kr + t * k_st (q alike), v[b, t, h, cb*32 ..] = vr + t * v_st
@@ -419,15 +431,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     }
     if (rd == 0) {
       const int t = staged_token(use_order, tid < nt ? tid : nt - 1);
-      if (RAW && raw) {
-        L.raw[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
-        L.raw[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
-        L.raw[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
-        L.raw[3] = load_float_bits(p.A_log, p.alog_dt, h);
-      } else {
-        L.g = src.g[gate_at(src, t)];
-        L.beta = load_float_bits(src.beta, src.beta_dt, beta_at(src, t));
-      }
+      load_gates(src, t, raw, L);
     }
     return L;
   };
@@ -500,15 +504,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     if (tid < nt) {
       Loads L;
       const int t = staged_token(use_order, tid);
-      if (RAW && raw) {
-        L.raw[0] = load_float_bits(p.b, p.b_dt, int64_t(b) * p.b_sb + h);
-        L.raw[1] = load_float_bits(p.a, p.a_dt, int64_t(b) * p.a_sb + h);
-        L.raw[2] = load_float_bits(p.dt_bias, p.dtb_dt, h);
-        L.raw[3] = load_float_bits(p.A_log, p.alog_dt, h);
-      } else {
-        L.g = src.g[gate_at(src, t)];
-        L.beta = load_float_bits(src.beta, src.beta_dt, beta_at(src, t));
-      }
+      load_gates(src, t, raw, L);
       store_gates(src, L, raw);
     }
   };

@@ -44,6 +44,19 @@ std::tuple<int64_t, int64_t, int64_t, int64_t> check_head(const char* op, const 
   return {v, k, m, x_stride};
 }
 
+// The kernel parameters every chunk shares: rows r0 .. r0 + 31 of x (fewer in the last chunk).
+HeadParams chunk_params(const at::Tensor& x, const at::Tensor& w, int64_t r0, int64_t m, int64_t v, int64_t k,
+                        int64_t x_stride) {
+  HeadParams p;
+  p.m = std::min(kHeadMaxRows, m - r0);
+  p.v = v;
+  p.k = k;
+  p.x_stride = x_stride;
+  p.x = static_cast<const char*>(x.data_ptr()) + r0 * x_stride * x.element_size();
+  p.w = w.data_ptr();
+  return p;
+}
+
 std::vector<int64_t> lead_sizes(const at::Tensor& x) {
   return std::vector<int64_t>(x.sizes().begin(), x.sizes().end() - 1);
 }
@@ -60,15 +73,8 @@ at::Tensor head_logits_cuda(const at::Tensor& x, const at::Tensor& w) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   const Act act = act_of(x);
-  const int64_t es = x.element_size();
   for (int64_t r0 = 0; r0 < m; r0 += kHeadMaxRows) {
-    HeadParams p;
-    p.m = std::min(kHeadMaxRows, m - r0);
-    p.v = v;
-    p.k = k;
-    p.x_stride = x_stride;
-    p.x = static_cast<const char*>(x.data_ptr()) + r0 * x_stride * es;
-    p.w = w.data_ptr();
+    HeadParams p = chunk_params(x, w, r0, m, v, k, x_stride);
     p.y = y.data_ptr<float>() + r0 * v;
     HeadPlan plan;
     check_launch(kOp, head_plan(act, p.m, v, k, false, &plan), x);
@@ -91,7 +97,6 @@ std::tuple<at::Tensor, at::Tensor> head_argmax_cuda(const at::Tensor& x, const a
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   const Act act = act_of(x);
-  const int64_t es = x.element_size();
   // one plan for the workspace: the grid depends on the row tiles (1..16 or 17..32 rows), so size it
   // for the larger of the chunks' grids
   HeadPlan plan_lo, plan_hi;
@@ -101,13 +106,7 @@ std::tuple<at::Tensor, at::Tensor> head_argmax_cuda(const at::Tensor& x, const a
   // per-block winners: fp32 logits then int32 columns (caching allocator: graph-safe, no sync)
   at::Tensor ws = at::empty({2 * ws_blocks * kHeadMaxRows}, x.options().dtype(at::kInt));
   for (int64_t r0 = 0; r0 < m; r0 += kHeadMaxRows) {
-    HeadParams p;
-    p.m = std::min(kHeadMaxRows, m - r0);
-    p.v = v;
-    p.k = k;
-    p.x_stride = x_stride;
-    p.x = static_cast<const char*>(x.data_ptr()) + r0 * x_stride * es;
-    p.w = w.data_ptr();
+    HeadParams p = chunk_params(x, w, r0, m, v, k, x_stride);
     p.ws_val = reinterpret_cast<float*>(ws.data_ptr<int32_t>());
     p.ws_idx = ws.data_ptr<int32_t>() + ws_blocks * kHeadMaxRows;
     p.best_val = val.data_ptr<float>() + r0;
