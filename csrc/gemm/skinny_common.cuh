@@ -1,6 +1,7 @@
-// Pieces shared by the skinny weight-GEMM kernels (nvfp4_linear, fp8_block_linear): the activation
-// A fragments of one 128-k warp step, and the fixed-order reduction of the k-split warps' partials
-// with the epilogue. Torch-free. Layout and k permutation: nvfp4_linear_kernel.cuh.
+// Pieces of the skinny weight-GEMM kernels (nvfp4_linear, fp8_block_linear): the step size and the
+// fixed-order reduction of the k-split warps' partials with the epilogue (both kernels), and the
+// activation A fragments of one 128-k warp step (the NVFP4 kernel; the FP8 kernel loads its
+// fragments in place). Torch-free. Layout and k permutation: nvfp4_linear_kernel.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
