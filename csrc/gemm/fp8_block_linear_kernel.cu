@@ -7,6 +7,8 @@ namespace {
 template <typename T, int MT, int KS, int NT>
 struct Fp8BlockKernel {
   static constexpr auto fn = fp8_block_skinny_kernel<T, MT, KS, NT>;
+  static constexpr bool kDynamicSmem = false;
+  static size_t prepare(Fp8BlockParams&, size_t) { return 0; }
 };
 }  // namespace
 

@@ -61,6 +61,26 @@ constexpr const char* kOp = "nvfp4_linear";
 constexpr int64_t kAccBytes = int64_t(1) << 30;
 constexpr int64_t kMinGemmRows = 256;
 
+// QWEN38_NVFP4_DEPTH: the skinny kernel's weight ring depth (0: the kernel's rule by tiles per warp).
+int ring_depth() {
+  const char* v = std::getenv("QWEN38_NVFP4_DEPTH");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long d = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && d >= 2 && d <= 8, "qwen38.", kOp,
+                    ": QWEN38_NVFP4_DEPTH must be an integer 2..8 (or unset for the built-in rule), got '", v, "'");
+  return int(d);
+}
+
+// QWEN38_NVFP4_L2SPAN: the L2 fetch-size hint of the skinny kernel's weight copies (0, 128, 256).
+int l2_span() {
+  const char* v = std::getenv("QWEN38_NVFP4_L2SPAN");
+  if (v == nullptr || *v == '\0') return 128;  // measured best at 1 row (benchmarks/results/h200/NOTES.md)
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "128") || !std::strcmp(v, "256"), "qwen38.", kOp,
+                    ": QWEN38_NVFP4_L2SPAN must be 0, 128 or 256, got '", v, "'");
+  return std::atoi(v);
+}
+
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 enum class Prefill { kAuto, kChunked, kDequant };
@@ -86,7 +106,7 @@ int64_t dequant_rows(int64_t n, int64_t k) {
 }
 
 // w_packed uint8 [N, K/2] (K a positive multiple of 32) and w_scale e4m3 [N, K/16], both contiguous,
-// on `like`'s device, aligned for the 16-byte / 2-byte loads. Returns (N, K).
+// on `like`'s device, aligned for the 16-byte / 4-byte copies. Returns (N, K).
 std::pair<int64_t, int64_t> check_nvfp4_weight(const char* op, const at::Tensor& w_packed, const at::Tensor& w_scale,
                                                const char* like_name, const at::Tensor& like) {
   TORCH_CHECK_VALUE(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "qwen38.", op,
@@ -109,7 +129,7 @@ std::pair<int64_t, int64_t> check_nvfp4_weight(const char* op, const at::Tensor&
   check_same_device(op, "w_scale", w_scale, like_name, like);
   if (n > 0) {
     TORCH_CHECK_VALUE(aligned(w_packed.data_ptr(), 16), "qwen38.", op, ": w_packed must be 16-byte aligned");
-    TORCH_CHECK_VALUE(aligned(w_scale.data_ptr(), 2), "qwen38.", op, ": w_scale must be 2-byte aligned");
+    TORCH_CHECK_VALUE(aligned(w_scale.data_ptr(), 4), "qwen38.", op, ": w_scale must be 4-byte aligned");
   }
   return {n, k};
 }
@@ -130,6 +150,8 @@ void launch_dequantize(const char* op, const at::Tensor& w_packed, const at::Ten
 void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, int64_t m, cudaStream_t stream) {
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", p.n, p.k);
+  p.depth = ring_depth();
+  p.l2span = l2_span();
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);

@@ -7,6 +7,16 @@ namespace {
 template <typename T, int MT, int KS, int NT>
 struct Nvfp4Kernel {
   static constexpr auto fn = nvfp4_skinny_kernel<T, MT, KS, NT>;
+  static constexpr bool kDynamicSmem = true;
+  // Ring depth: p.depth when set (2..8), else enough steps for ~96 bytes per thread in flight
+  // (NT 1: 7, 2: 4, 4: 3); lowered while the ring does not fit `limit`.
+  static size_t prepare(Nvfp4Params& p, size_t limit) {
+    int d = p.depth > 0 ? p.depth : 1 + (96 + 16 * NT - 1) / (16 * NT);
+    d = d < 2 ? 2 : d > 8 ? 8 : d;
+    while (d > 2 && nvfp4_ring_bytes(d, NT, KS) > limit) --d;
+    p.depth = d;
+    return nvfp4_ring_bytes(d, NT, KS);
+  }
 };
 }  // namespace
 

@@ -5,9 +5,12 @@
 // scale [N, K/16] e4m3; global fp32 [1]; bias [N] or none; y [M, N] (bf16/fp16/fp32), contiguous.
 //
 // Weights are the mma B operand (8 weight rows per m16n8k16), activations the A operand (16 rows per
-// mma; 17..32 rows use a second A tile against the same B registers). Each thread loads 16 bytes
-// (32 k) of one weight row with one vector load and decodes them in registers straight into B
-// fragments, nothing through shared memory:
+// mma; 17..32 rows use a second A tile against the same B registers). Each thread copies 16 bytes
+// (32 k) of one weight row per tile and step and decodes them in registers straight into B
+// fragments; nothing is shared between threads. The bytes travel through a per-thread ring in
+// shared memory (cp.async, `depth` steps, Nvfp4Params::depth): `depth - 1` steps of weights are in
+// flight while one is decoded, without holding registers (a register prefetch deep enough to cover
+// the DRAM latency costs the registers, and so the warps, that the latency needs).
 //
 //   warp step (128 k): thread (g, t) holds W[n + g][k0 + 32t .. k0 + 32t + 31] of each of its NT
 //   8-row tiles (16 bytes each). Word q (k0 + 32t + 8q .. +7) decodes into four (i, i+4) pairs
@@ -26,6 +29,9 @@
 // differently from the unscaled sum - products that small do not occur in practice.)
 #pragma once
 
+#include <type_traits>
+
+#include "common/cp_async.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
@@ -35,20 +41,67 @@
 
 namespace qwen38::gemm {
 
+// Dynamic shared memory of one block: the per-thread weight ring (depth x NT x 16 bytes per
+// thread) and its scale ring (depth x NT x 4 bytes per thread).
+__host__ __device__ constexpr size_t nvfp4_ring_bytes(int depth, int nt, int ksplit) {
+  return size_t(depth) * nt * 32 * ksplit * (16 + 4);
+}
+
 // T: activation type; MT: m16 tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block (k
 // split); NT: 8-row weight tiles per warp.
 template <typename T, int MT, int KSPLIT, int NT>
 __global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) nvfp4_skinny_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   __shared__ float partial[KSPLIT][MT * 16][8];
+  extern __shared__ uint4 ring_mem[];  // [depth][NT][threads] uint4, then [depth][NT][threads] u32
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
+  constexpr int kThreads = 32 * KSPLIT;
+  const int depth = p.depth;
+  uint4* __restrict__ wring = ring_mem + threadIdx.x;
+  uint32_t* __restrict__ sring = reinterpret_cast<uint32_t*>(ring_mem + depth * NT * kThreads) + threadIdx.x;
   const int64_t nb = int64_t(blockIdx.x) * 8 * NT;  // first weight row of the block
   const int64_t steps = (p.k + kStepK - 1) / kStepK;
   const int64_t s_begin = steps * warp / KSPLIT, s_end = steps * (warp + 1) / KSPLIT;
   const int64_t kb = p.k / 2, ks = p.k / 16;  // bytes and scales per weight row
+  const int64_t scale_bytes = p.n * ks;
   const T* __restrict__ x = static_cast<const T*>(p.x);
+
+  // Weight bytes and scales of step s for every tile into ring slot `slot` (zero-filled past N or
+  // K: they decode to +0). The scale pair (2 bytes) comes with the 4-byte word holding it (the
+  // scale tensor is 4-byte aligned; the last word is cut at the tensor's end). Tile nt of step s:
+  // weight bytes w0 + nt * 8 * kb + 64 s, scale word s0 + nt * 8 * ks + 8 s (K % 32 == 0: a thread's
+  // 32-k chunk is all in or all out).
+  const uint8_t* __restrict__ w0 = p.w + (nb + g) * kb + 16 * t;
+  const int64_t sb0 = (nb + g) * ks + 2 * t;  // this thread's scale pair, tile 0, step 0
+  const int64_t s0 = sb0 & ~int64_t(3);
+  const bool high_half = sb0 & 2;             // the same for every tile and step (8 ks, 8 are even)
+  const int64_t s_lim = (p.k - 32 * t + kStepK - 1) / kStepK;  // steps whose chunk is inside K
+  const int64_t rows_left = p.n - nb - g;
+  const int tiles_ok = rows_left <= 0 ? 0 : rows_left >= 8 * NT ? NT : int((rows_left + 7) / 8);
+  auto issue = [&](auto span, int64_t s, int slot) {
+    const bool k_ok = s < s_lim;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const bool ok = k_ok && nt < tiles_ok;
+      const int64_t s4 = s0 + nt * 8 * ks + 8 * s;
+      const int idx = (slot * NT + nt) * kThreads;
+      cp_async16_span<decltype(span)::value>(wring + idx, ok ? w0 + nt * 8 * kb + 64 * s : p.w, ok ? 16 : 0);
+      cp_async4(sring + idx, ok ? p.scale + s4 : p.scale, ok ? int(min(int64_t(4), scale_bytes - s4)) : 0);
+    }
+  };
+  auto issue_step = [&](int64_t s, int slot) {
+    if (p.l2span == 256) issue(std::integral_constant<int, 256>{}, s, slot);
+    else if (p.l2span == 128) issue(std::integral_constant<int, 128>{}, s, slot);
+    else issue(std::integral_constant<int, 0>{}, s, slot);
+  };
+  // The weights are never written by a kernel of this library, so the first steps go out before
+  // pdl_wait(): their latency overlaps the previous kernel's tail (pdl.cuh).
+  for (int d = 0; d < depth - 1; ++d) {
+    if (s_begin + d < s_end) issue_step(s_begin + d, d);
+    cp_async_commit();
+  }
 
   pdl_wait();
   pdl_allow();
@@ -61,35 +114,25 @@ __global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) nvfp4_skinny_kernel(const N
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
 
-  // Weight bytes and scales of step s for every tile (zeros past N or K: they decode to +0).
-  auto load_w = [&](int64_t s, uint4 (&wq)[NT], uint32_t (&sc)[NT]) {
-    const int64_t kc = s * kStepK + 32 * t;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int64_t n = nb + 8 * nt + g;
-      wq[nt] = make_uint4(0, 0, 0, 0);
-      sc[nt] = 0;
-      if (s < s_end && n < p.n && kc < p.k) {  // K % 32 == 0: a 32-k chunk is all in or all out
-        wq[nt] = __ldg(reinterpret_cast<const uint4*>(p.w + n * kb + kc / 2));
-        sc[nt] = __ldg(reinterpret_cast<const unsigned short*>(p.scale + n * ks + kc / 16));
-      }
-    }
-  };
-  // one step ahead: the next step's weights are in flight while this one is decoded and multiplied
-  uint4 wq_next[NT];
-  uint32_t sc_next[NT];
-  load_w(s_begin, wq_next, sc_next);
-
+  int slot = 0;
   for (int64_t s = s_begin; s < s_end; ++s) {
     const int64_t kc = s * kStepK + 32 * t;  // this thread's 32 k
+    // step s arrived (depth - 2 later steps may still be in flight); read it, then refill the slot
+    // read one step ago (its registers are consumed) with step s + depth - 1
+    cp_async_wait_dyn(depth - 2);
     uint4 wq[NT];
     uint32_t sc[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      wq[nt] = wq_next[nt];
-      sc[nt] = sc_next[nt];
+      const int idx = (slot * NT + nt) * kThreads;
+      wq[nt] = wring[idx];
+      const uint32_t word = sring[idx];
+      sc[nt] = high_half ? word >> 16 : word & 0xffffu;
     }
-    load_w(s + 1, wq_next, sc_next);
+    const int prev = slot == 0 ? depth - 1 : slot - 1;
+    if (s + depth - 1 < s_end) issue_step(s + depth - 1, prev);
+    cp_async_commit();
+    slot = slot + 1 == depth ? 0 : slot + 1;
 
     // activations: rows g + 8h, h = 0 .. 2*MT-1; 32 consecutive values = 16 registers per row,
     // re-paired (i, i+4) within each 8 to match the weight pairs
@@ -118,6 +161,8 @@ __global__ void __maxnreg__(KSPLIT >= 8 ? 240 : 255) nvfp4_skinny_kernel(const N
       }
     }
   }
+
+  cp_async_wait<0>();  // nothing of the ring outlives the loop (the tail steps issued nothing)
 
   // ---- per tile: partials of the KSPLIT warps in warp order, x 2^7, global scale, bias, one rounding
   const float gscale = *p.global;

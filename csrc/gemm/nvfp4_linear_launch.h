@@ -21,6 +21,10 @@ struct Nvfp4Params {
   int64_t m = 0, n = 0, k = 0, x_stride = 0;
   int bias_dtype = 0;              // 0 bf16, 1 fp16, 2 fp32 (when bias != null)
   int out = 0;                     // y dtype: int(Out)
+  int depth = 0;                   // skinny kernel: weight ring depth in 128-k steps, 2..8 (0: by
+                                   // the tiles per warp); a launch detail that changes no bit
+  int l2span = 0;                  // skinny kernel: L2 fetch-size hint of the weight copies (0, 128,
+                                   // 256 bytes); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).

@@ -1,11 +1,15 @@
 // Launch of a skinny weight-GEMM kernel family (nvfp4_linear, fp8_block_linear): picks the
 // activation type, the m16 tiles (rows 1..16 or 17..32), the k split and the tiles per warp of the
-// variant (skinny_variants.h). KernelOf<T, MT, KSPLIT, NT>::fn names one instantiation; the output
-// dtype is a runtime parameter of the kernel.
+// variant (skinny_variants.h). KernelOf<T, MT, KSPLIT, NT>::fn names one instantiation (the output
+// dtype is a runtime parameter of the kernel); ::kDynamicSmem says whether it uses dynamic shared
+// memory and ::prepare(P&, limit) fills the launch-only parameters and returns its size.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <atomic>
+#include <cstdint>
 
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_launch.h"
@@ -13,15 +17,50 @@
 
 namespace qwen38::gemm {
 
+// Largest dynamic shared memory a block of kernel K may use on the current device (the opt-in
+// limit less K's static shared memory); the attribute is raised to it once per device.
+template <class K>
+cudaError_t dynamic_smem_limit(size_t* limit) {
+  static std::atomic<uint64_t> raised{0};
+  static size_t cached[64] = {};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (!(raised.load(std::memory_order_acquire) & bit)) {
+    int optin = 0;
+    cudaFuncAttributes a{};
+    if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
+    if (cudaError_t e = cudaFuncGetAttributes(&a, K::fn)) return e;
+    const size_t lim = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
+    if (cudaError_t e = cudaFuncSetAttribute(K::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lim))) return e;
+    cached[dev & 63] = lim;
+    raised.fetch_or(bit, std::memory_order_release);
+  }
+  *limit = cached[dev & 63];
+  return cudaSuccess;
+}
+
+// One instantiation: K::prepare(p, limit) settles the launch details that change no bit (the
+// NVFP4 ring depth) and returns the dynamic shared memory the launch needs.
+template <template <typename, int, int, int> class KernelOf, typename T, int MT, int KS, int NT, typename P>
+cudaError_t launch_skinny_one(P p, bool pdl, cudaStream_t stream) {
+  using K = KernelOf<T, MT, KS, NT>;
+  size_t limit = 48 * 1024;
+  if (K::kDynamicSmem)
+    if (cudaError_t e = dynamic_smem_limit<K>(&limit)) return e;
+  const size_t smem = K::prepare(p, limit);
+  if (smem > limit) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)));
+  return launch_kernel(K::fn, grid, dim3(32 * KS), smem, stream, pdl, p);
+}
+
 template <template <typename, int, int, int> class KernelOf, typename T, int MT, int KS, typename P>
 cudaError_t launch_skinny_nt(const P& p, int nt, bool pdl, cudaStream_t stream) {
-  const dim3 block(32 * KS);
-  auto grid = [&](int tiles_per_block) { return dim3(unsigned((p.n + 8 * tiles_per_block - 1) / (8 * tiles_per_block))); };
   switch (nt) {
-    case 1: return launch_kernel(KernelOf<T, MT, KS, 1>::fn, grid(1), block, 0, stream, pdl, p);
-    case 2: return launch_kernel(KernelOf<T, MT, KS, 2>::fn, grid(2), block, 0, stream, pdl, p);
+    case 1: return launch_skinny_one<KernelOf, T, MT, KS, 1>(p, pdl, stream);
+    case 2: return launch_skinny_one<KernelOf, T, MT, KS, 2>(p, pdl, stream);
     case 4:
-      if constexpr (MT == 1) return launch_kernel(KernelOf<T, MT, KS, 4>::fn, grid(4), block, 0, stream, pdl, p);
+      if constexpr (MT == 1) return launch_skinny_one<KernelOf, T, MT, KS, 4>(p, pdl, stream);
   }
   return cudaErrorInvalidValue;
 }
