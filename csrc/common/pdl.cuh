@@ -3,7 +3,10 @@
 // stream is still running, which hides launch latency between back-to-back kernels (decode is a
 // chain of short kernels). Contract kept by every kernel here:
 //   pdl_wait()  before the first global memory access: it returns once the previous grid has
-//               completed and its writes are visible, so the data flow is exactly stream order;
+//               completed and its writes are visible, so the data flow is exactly stream order
+//               (one exception: the skinny NVFP4 kernel copies its first weight steps before it
+//               waits - weight tensors are never written by a kernel of this library, and a
+//               foreign kernel does not trigger early, so its writes are complete by then);
 //   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
 //               scheduled early (it still waits in its own pdl_wait()).
 // Both are no-ops when the kernel was launched without the attribute.
