@@ -57,6 +57,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "Empty: the NVFP4 skinny kernel (1..32 rows) keeps ~96 bytes of weights per thread in flight (ring depth 7, 4 or 3 steps of 128 k for 1, 2 or 4 tiles per warp); an integer 2..8: that many steps in the per-thread cp.async ring (2 = one step ahead), lowered where the shared memory does not fit. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_NVFP4_L2SPAN", "128",
          "128 (default) or 256: the NVFP4 skinny kernel's weight copies carry the L2 fetch-size hint of that many bytes (a miss fills the whole aligned span into L2, so the next steps of a weight row hit L2 and DRAM reads longer runs); 0: plain copies. A launch detail for A/B timing: same bits."),
+    Knob("QWEN38_HEAD_DEPTH", "",
+         "Empty: the output head's per-thread cp.async weight ring takes the deepest of 4, 3, 2 steps whose shared memory fits one block on the device; 2, 3 or 4: at most that many. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_CONV_CHECK_INDICES", "1",
          "1: an eager CUDA call of conv_step / conv_chain / conv_tree / conv_commit copies its index "
          "tensors (slots, lengths, parents, accepted) to the host and validates them like the reference "

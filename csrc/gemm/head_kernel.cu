@@ -1,4 +1,6 @@
 // Instantiations, launch shape and launch of the output-head kernels (see head_kernel.cuh).
+#include <cstdlib>
+
 #include "common/launch.cuh"
 #include "gemm/head_kernel.cuh"
 
@@ -45,25 +47,46 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
   plan->blocks = 0;
   if (m <= 0 || v <= 0) return cudaSuccess;
   if (m > kHeadMaxRows) return cudaErrorInvalidValue;
-  int dev = 0, sms = 0, per_sm = 0;
+  const HeadFn fn = head_fn(act, m, plan->ksplit, argmax);
+  int dev = 0, sms = 0, optin = 0, per_sm = 0;
+  cudaFuncAttributes attr{};
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, head_fn(act, m, plan->ksplit, argmax),
-                                                        32 * plan->ksplit, 0);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, fn);
   if (err != cudaSuccess) return err;
+  // the deepest ring (4, 3, 2 steps) that fits a block next to the kernel's static shared memory
+  const size_t room = size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
+  // (QWEN38_HEAD_DEPTH=2..4 caps it, for A/B timing: the depth changes no bit)
+  int cap = 4;
+  if (const char* e = std::getenv("QWEN38_HEAD_DEPTH"); e != nullptr && *e >= '2' && *e <= '4' && e[1] == '\0')
+    cap = *e - '0';
+  plan->depth = 2;
+  for (int d = cap; d > 2; --d)
+    if (head_ring_bytes(d, plan->ksplit) <= room) {
+      plan->depth = d;
+      break;
+    }
+  plan->smem = head_ring_bytes(plan->depth, plan->ksplit);
+  if (plan->smem > room) return cudaErrorInvalidValue;
+  if (size_t(attr.maxDynamicSharedSizeBytes) < plan->smem)
+    if ((err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan->smem))))
+      return err;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * plan->ksplit, plan->smem))) return err;
   const int64_t tasks = (v + kHeadCols - 1) / kHeadCols;
   const int64_t resident = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
   plan->blocks = int(tasks < resident ? tasks : resident);
   return cudaSuccess;
 }
 
-cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadParams& p, bool pdl,
+cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadParams& params, bool pdl,
                         cudaStream_t stream) {
-  if (p.m == 0 || p.v == 0 || plan.blocks == 0) return cudaSuccess;
-  if (p.m > kHeadMaxRows) return cudaErrorInvalidValue;
+  if (params.m == 0 || params.v == 0 || plan.blocks == 0) return cudaSuccess;
+  if (params.m > kHeadMaxRows) return cudaErrorInvalidValue;
+  HeadParams p = params;
+  p.depth = plan.depth;
   const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax);
-  cudaError_t err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), 0, stream, pdl, p);
+  cudaError_t err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), plan.smem, stream, pdl, p);
   if (err != cudaSuccess || !argmax) return err;
   return launch_kernel(head_argmax_finish, dim3(unsigned(p.m)), dim3(32), 0, stream, pdl, p, plan.blocks);
 }

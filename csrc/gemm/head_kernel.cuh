@@ -35,11 +35,15 @@
 // which block hold them.
 //
 // Streaming: the grid is persistent (about the blocks that fit on the device); block b takes the
-// 32-column tasks b, b + gridDim, ... Each warp keeps the next pipeline step's weights in flight
-// while it multiplies the current one (kHeadTiles x kHeadGroups 16-byte loads per thread a step,
-// across task boundaries too), so the shared-memory epilogue of a task overlaps the next task's
-// loads. Weights are read once: ld.global.nc.L1::no_allocate (leave L1 to the activations, which
-// every warp re-reads) with a 256-byte L2 prefetch hint (the rest of each row segment comes next).
+// 32-column tasks b, b + gridDim, ... Each thread streams its weight chunks (kHeadTiles x
+// kHeadGroups 16-byte copies a step) through its own cp.async ring in shared memory, `depth` steps
+// deep (HeadParams::depth, chosen by head_plan to fit the device): depth - 1 steps are in flight
+// while one is multiplied, across task boundaries too, so the shared-memory epilogue of a task
+// overlaps the next task's copies, and the ring costs no registers (a register prefetch of one step
+// held 8 warps per SM to one step in flight: not enough bytes to cover the DRAM latency). A thread
+// reads back only what it copied: no barrier. The copies bypass L1 (leave it to the activations,
+// which every warp re-reads) and carry a 256-byte L2 fetch hint (the rest of each row segment comes
+// next). The first steps go out before pdl_wait() (weights are not written by our kernels).
 //
 // Greedy epilogue (ARGMAX): the 32 columns of a task are one warp's lanes; a shuffle reduction
 // with the comparator `better` finds the task's winner per row, merged into the block's running
@@ -50,6 +54,7 @@
 // logit is the very fp32 sum head_logits stores for that column.
 #pragma once
 
+#include "common/cp_async.cuh"
 #include "common/mma.cuh"
 #include "common/pdl.cuh"
 #include "gemm/head_launch.h"
@@ -64,13 +69,9 @@ constexpr int kHeadPitch = kHeadCols + 8;     // floats per partial row: 64-bit 
                                               // half warp (g 0..3 x t) land on 32 distinct banks
 static_assert(kHeadCols == 32, "the greedy epilogue maps a task's columns onto the 32 lanes of a warp");
 
-// 16 bytes of a weight row, read once: no L1 allocation, 256-byte L2 prefetch.
-__device__ __forceinline__ uint4 ld_weight16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
+// Dynamic shared memory of the weight ring: depth x (kHeadTiles x kHeadGroups) x 16 bytes a thread.
+__host__ __device__ constexpr size_t head_ring_bytes(int depth, int ksplit) {
+  return size_t(depth) * kHeadTiles * kHeadGroups * 16 * 32 * ksplit;
 }
 
 // Is (av, ai) the better greedy candidate than (bv, bi)? Index -1 = no candidate. NaN beats every
@@ -120,29 +121,43 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
   }
 
+  // The ring: slot d holds one step, chunk (j, i) at ring[(d NT G + j G + i) threads + thread].
+  extern __shared__ uint4 ring_mem[];
+  constexpr int kThreads = 32 * KSPLIT;
+  const int depth = p.depth;
+  uint4* __restrict__ ring = ring_mem + threadIdx.x;
+  // The next step to copy, in the order the loop consumes them: (task, s) for s < nsteps, then the
+  // block's next task. Chunk (j, i) of step s of a task: w[task * 32 + 8j + g][group q_begin + s G
+  // + i], zeros past V or K and for groups past this warp's range (their mmas are skipped anyway).
+  int64_t c_task = nsteps > 0 ? int64_t(blockIdx.x) : ntasks, c_step = 0;
+  auto copy_next = [&](int slot) {
+    if (c_task < ntasks) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int64_t col = c_task * kHeadCols + 8 * j + g;
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          const int64_t q = q_begin + c_step * G + i;
+          const int64_t kk = q * kHeadGroupK + 8 * t;
+          const bool ok = col < p.v && q < q_end && kk < p.k;
+          cp_async16_span<256>(ring + ((slot * NT + j) * G + i) * kThreads, ok ? w + col * p.k + kk : w,
+                               ok ? 16 : 0);
+        }
+      }
+      if (++c_step == nsteps) {
+        c_step = 0;
+        c_task += gridDim.x;
+      }
+    }
+    cp_async_commit();  // one group per call, empty or not: the wait counts stay exact
+  };
+  for (int d = 0; d < depth - 1; ++d) copy_next(d);
+
   pdl_wait();
   pdl_allow();
 
-  // The weights of step s of a task: w[task * 32 + 8j + g][group q_begin + s G + i], zeros past V
-  // or K and for groups past this warp's range (those groups' mmas are skipped anyway).
-  auto load_w = [&](int64_t task, int64_t s, uint4 (&buf)[NT][G]) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int64_t col = task * kHeadCols + 8 * j + g;
-#pragma unroll
-      for (int i = 0; i < G; ++i) {
-        const int64_t q = q_begin + s * G + i;
-        const int64_t kk = q * kHeadGroupK + 8 * t;
-        buf[j][i] = make_uint4(0, 0, 0, 0);
-        if (col < p.v && q < q_end && kk < p.k) buf[j][i] = ld_weight16(w + col * p.k + kk);
-      }
-    }
-  };
-
-  uint4 w_next[NT][G];
+  int slot = 0;
   int64_t task = blockIdx.x;
-  if (task < ntasks && nsteps > 0) load_w(task, 0, w_next);
-
   for (; task < ntasks; task += gridDim.x) {
     float acc[MT][NT][4];
 #pragma unroll
@@ -153,17 +168,16 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
         for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
 
     for (int64_t s = 0; s < nsteps; ++s) {
+      // this step's chunks arrived (depth - 2 later steps may be in flight); then the slot read one
+      // step ago (its registers are consumed) takes the step depth - 1 ahead
+      cp_async_wait_dyn(depth - 2);
       uint4 w_cur[NT][G];
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int i = 0; i < G; ++i) w_cur[j][i] = w_next[j][i];
-      // keep the next step in flight: this task's next step, or the next task's first
-      if (s + 1 < nsteps) {
-        load_w(task, s + 1, w_next);
-      } else if (task + gridDim.x < ntasks) {
-        load_w(task + gridDim.x, 0, w_next);
-      }
+        for (int i = 0; i < G; ++i) w_cur[j][i] = ring[((slot * NT + j) * G + i) * kThreads];
+      copy_next(slot == 0 ? depth - 1 : slot - 1);
+      slot = slot + 1 == depth ? 0 : slot + 1;
 
       // activations of this step: rows g + 8h (h < 2 MT), 8 values at 32q + 8t each
       uint4 xa[G][2 * MT];
@@ -243,6 +257,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
     __syncthreads();  // partial is rewritten by the next task
   }
+
+  cp_async_wait<0>();  // the tail issued nothing, but no copy outlives the block
 
   if constexpr (ARGMAX) {
     // the owner warps wrote run_*; the last barrier above (or none, with no task) orders it

@@ -22,6 +22,7 @@ struct HeadParams {
   float* best_val = nullptr;     // head_argmax: [M] winning logit
   int64_t* best_idx = nullptr;   //              [M] winning column
   int64_t m = 0, v = 0, k = 0, x_stride = 0;
+  int depth = 2;                 // weight ring depth in steps (2..4; head_plan): changes no bit
 };
 
 // The launch shape of one call: warps per block that split K (a function of K only) and the
@@ -29,6 +30,8 @@ struct HeadParams {
 struct HeadPlan {
   int ksplit = 1;
   int blocks = 0;
+  int depth = 2;     // weight ring depth: the deepest of 4, 3, 2 whose shared memory fits a block
+  size_t smem = 0;   // its dynamic shared memory
 };
 
 // m: rows of one launch (1..kHeadMaxRows). Queries the current device (SM count, occupancy).
