@@ -57,8 +57,10 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
   if (err != cudaSuccess) return err;
   // the deepest ring (4, 3, 2 steps) that fits a block next to the kernel's static shared memory
   const size_t room = size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
-  // (QWEN38_HEAD_DEPTH=2..4 caps it, for A/B timing: the depth changes no bit)
-  int cap = 4;
+  // (QWEN38_HEAD_DEPTH=2..4 caps it, for A/B timing: the depth changes no bit). Default 2: with
+  // one step in flight two blocks fit an SM (16 warps), measured best at 16 rows and equal at 1.
+  // The 17..32-row kernel has no ring.
+  int cap = 2;
   if (const char* e = std::getenv("QWEN38_HEAD_DEPTH"); e != nullptr && *e >= '2' && *e <= '4' && e[1] == '\0')
     cap = *e - '0';
   plan->depth = 2;
@@ -67,9 +69,9 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
       plan->depth = d;
       break;
     }
-  plan->smem = head_ring_bytes(plan->depth, plan->ksplit);
+  plan->smem = m <= 16 ? head_ring_bytes(plan->depth, plan->ksplit) : 0;
   if (plan->smem > room) return cudaErrorInvalidValue;
-  if (size_t(attr.maxDynamicSharedSizeBytes) < plan->smem)
+  if (plan->smem > 0 && size_t(attr.maxDynamicSharedSizeBytes) < plan->smem)
     if ((err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan->smem))))
       return err;
   if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * plan->ksplit, plan->smem))) return err;

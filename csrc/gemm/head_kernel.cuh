@@ -35,7 +35,7 @@
 // which block hold them.
 //
 // Streaming: the grid is persistent (about the blocks that fit on the device); block b takes the
-// 32-column tasks b, b + gridDim, ... Each thread streams its weight chunks (kHeadTiles x
+// 32-column tasks b, b + gridDim, ... For 1..16 rows each thread streams its weight chunks (kHeadTiles x
 // kHeadGroups 16-byte copies a step) through its own cp.async ring in shared memory, `depth` steps
 // deep (HeadParams::depth, chosen by head_plan to fit the device): depth - 1 steps are in flight
 // while one is multiplied, across task boundaries too, so the shared-memory epilogue of a task
@@ -43,7 +43,8 @@
 // held 8 warps per SM to one step in flight: not enough bytes to cover the DRAM latency). A thread
 // reads back only what it copied: no barrier. The copies bypass L1 (leave it to the activations,
 // which every warp re-reads) and carry a 256-byte L2 fetch hint (the rest of each row segment comes
-// next). The first steps go out before pdl_wait() (weights are not written by our kernels).
+// next). The first steps go out before pdl_wait() (weights are not written by our kernels). The
+// 17..32-row kernel keeps the next step in registers instead (ld.global.nc, same hints).
 //
 // Greedy epilogue (ARGMAX): the 32 columns of a task are one warp's lanes; a shuffle reduction
 // with the comparator `better` finds the task's winner per row, merged into the block's running
@@ -68,6 +69,16 @@ constexpr int kHeadGroupK = 32;               // k per group: 4 threads x 8 elem
 constexpr int kHeadPitch = kHeadCols + 8;     // floats per partial row: 64-bit fragment stores of a
                                               // half warp (g 0..3 x t) land on 32 distinct banks
 static_assert(kHeadCols == 32, "the greedy epilogue maps a task's columns onto the 32 lanes of a warp");
+
+// 16 bytes of a weight row, read once (the 17..32-row kernel, which keeps its register prefetch):
+// no L1 allocation, 256-byte L2 prefetch.
+__device__ __forceinline__ uint4 ld_weight16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
 
 // Dynamic shared memory of the weight ring: depth x (kHeadTiles x kHeadGroups) x 16 bytes a thread.
 __host__ __device__ constexpr size_t head_ring_bytes(int depth, int ksplit) {
@@ -121,6 +132,11 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
   }
 
+  // 1..16 rows stream the weights through the ring; 17..32 rows (MT 2: twice the accumulators and
+  // activation registers, one block per SM) keep the one-step register prefetch, measured faster
+  // there (the ring: 1161 us at 32 rows, against 945).
+  constexpr bool kRing = MT == 1;
+
   // The ring: slot d holds one step, chunk (j, i) at ring[(d NT G + j G + i) threads + thread].
   extern __shared__ uint4 ring_mem[];
   constexpr int kThreads = 32 * KSPLIT;
@@ -151,13 +167,31 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
     cp_async_commit();  // one group per call, empty or not: the wait counts stay exact
   };
-  for (int d = 0; d < depth - 1; ++d) copy_next(d);
+  if constexpr (kRing)
+    for (int d = 0; d < depth - 1; ++d) copy_next(d);
 
   pdl_wait();
   pdl_allow();
 
+  // The register prefetch (MT 2): the weights of step s of a task, same chunks and zeros.
+  auto load_w = [&](int64_t tk, int64_t s, uint4 (&buf)[NT][G]) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int64_t col = tk * kHeadCols + 8 * j + g;
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        const int64_t q = q_begin + s * G + i;
+        const int64_t kk = q * kHeadGroupK + 8 * t;
+        buf[j][i] = make_uint4(0, 0, 0, 0);
+        if (col < p.v && q < q_end && kk < p.k) buf[j][i] = ld_weight16(w + col * p.k + kk);
+      }
+    }
+  };
+  uint4 w_next[NT][G];
   int slot = 0;
   int64_t task = blockIdx.x;
+  if constexpr (!kRing)
+    if (task < ntasks && nsteps > 0) load_w(task, 0, w_next);
   for (; task < ntasks; task += gridDim.x) {
     float acc[MT][NT][4];
 #pragma unroll
@@ -170,14 +204,27 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     for (int64_t s = 0; s < nsteps; ++s) {
       // this step's chunks arrived (depth - 2 later steps may be in flight); then the slot read one
       // step ago (its registers are consumed) takes the step depth - 1 ahead
-      cp_async_wait_dyn(depth - 2);
       uint4 w_cur[NT][G];
+      if constexpr (kRing) {
+        cp_async_wait_dyn(depth - 2);
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int i = 0; i < G; ++i) w_cur[j][i] = ring[((slot * NT + j) * G + i) * kThreads];
-      copy_next(slot == 0 ? depth - 1 : slot - 1);
-      slot = slot + 1 == depth ? 0 : slot + 1;
+          for (int i = 0; i < G; ++i) w_cur[j][i] = ring[((slot * NT + j) * G + i) * kThreads];
+        copy_next(slot == 0 ? depth - 1 : slot - 1);
+        slot = slot + 1 == depth ? 0 : slot + 1;
+      } else {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < G; ++i) w_cur[j][i] = w_next[j][i];
+        // keep the next step in flight: this task's next step, or the next task's first
+        if (s + 1 < nsteps) {
+          load_w(task, s + 1, w_next);
+        } else if (task + gridDim.x < ntasks) {
+          load_w(task + gridDim.x, 0, w_next);
+        }
+      }
 
       // activations of this step: rows g + 8h (h < 2 MT), 8 values at 32q + 8t each
       uint4 xa[G][2 * MT];
@@ -258,7 +305,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     __syncthreads();  // partial is rewritten by the next task
   }
 
-  cp_async_wait<0>();  // the tail issued nothing, but no copy outlives the block
+  if constexpr (kRing) cp_async_wait<0>();  // the tail issued nothing, but no copy outlives the block
 
   if constexpr (ARGMAX) {
     // the owner warps wrote run_*; the last barrier above (or none, with no task) orders it
