@@ -13,18 +13,21 @@
 // free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),
 // 128 (V = j)] contiguous; output [B, T, 48, 128] contiguous in the act dtype.
 //
-// Work split: one CTA of 64 threads per (column block of 32 V columns, v head, sequence). Columns
-// of S evolve independently (u, delta and o of column j only read column j and the shared kn, qn),
-// so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside a CTA:
+// Work split: one CTA of 128 threads (4 warps) per (column block of 32 V columns, v head,
+// sequence). Columns of S evolve independently (u, delta and o of column j only read column j and
+// the shared kn, qn), so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside
+// a CTA:
 //
-//        columns  cb*32 + 0,1 | 2,3 | ... | 30,31            thread = (column pair cp, segment s)
-//   rows   0..31   (cp 0, s 0) (cp 1, s 0) ...               lane   = 4 * (cp % 8) + s
-//         32..63   (cp 0, s 1) ...                           warp   = cp / 8
-//         64..95   (cp 0, s 2) ...
-//         96..127  (cp 0, s 3) ...
+//        columns  cb*32 + 0 | 1 | ... | 31                   thread = (column c, segment s)
+//   rows   0..31   (c 0, s 0) (c 1, s 0) ...                 lane   = 4 * (c % 8) + s
+//         32..63   (c 0, s 1) ...                            warp   = c / 8
+//         64..95   (c 0, s 2) ...
+//         96..127  (c 0, s 3) ...
 //
-// Each thread holds the 32 x 2 fp32 block of its (segment, column pair) in registers (float2 S[32])
-// for the whole launch: the tile is loaded once and, for the step and the commit, stored once.
+// Each thread holds the 32 fp32 values of its (segment, column) in registers (float S[32]) for the
+// whole launch: the tile is loaded once and, for the step and the commit, stored once. (One column
+// per thread: the per-token chain is about half the instructions per thread of two columns, and a
+// warp's issue slots are what a token costs at small batch.)
 // A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
 // segment order; the 4 partials live in 4 adjacent lanes and are combined by two xor shuffles:
 // lane s holds p_s; after xor 1 lanes 0,1 hold p0 + p1 (addition is commutative: same bits on
@@ -84,7 +87,8 @@
 
 namespace qwen38::gdn {
 
-constexpr int kThreads = 64;                  // 2 warps
+constexpr int kThreads = 128;                 // 4 warps
+constexpr int kWarps = kThreads / 32;
 constexpr int kCols = 32;                     // V columns per CTA
 constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
 constexpr int kSegs = 4;                      // K_SPLIT of the contract
@@ -96,21 +100,21 @@ constexpr int kPathLen = kMaxTreeNodes + 1;   // per-warp path, index = depth (0
 constexpr float kL2Eps = 1e-6f;               // reference L2_EPS, as fp32
 constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overflow-safe)
 
-static_assert(kThreads == kSegs * (kCols / 2), "one thread per (segment, column pair)");
-static_assert(kSegLen == 32 && kThreads == 64, "the lane mapping below assumes 32-row segments, 2 warps");
+static_assert(kThreads == kSegs * kCols, "one thread per (segment, column)");
+static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping below assumes 32-row segments, 4 warps");
 
 // ---- shared memory layout ----------------------------------------------------------------------
-// [stash: kSegLen x kThreads float2, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
-// [bet: N][par: T][depth: T][order: T][path: 2 x kPathLen][info: 4]      (floats, then ints)
+// [stash: kSegLen x kThreads floats, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
+// [bet: N][par: T][depth: T][order: T][path: kWarps x kPathLen][info: 4]      (floats, then ints)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t stash_bytes(Mode m) {
-  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float2) : 0;
+  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float) : 0;
 }
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
 }
-__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + 2 * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + kWarps * kPathLen + 4; }
 __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
   return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
 }
@@ -181,15 +185,9 @@ template <typename T> __device__ __forceinline__ float to_f(T x);
 template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
 
-template <typename T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  __device__ static type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <> struct Pair<__half> {
-  using type = __half2;
-  __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
-};
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 
 // 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
 // (The staging path for inputs not aligned to 16 bytes: each load waits before the next.)
@@ -298,24 +296,25 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   static_assert(!CIV || kVerify, "the commit folds into a verify only");
   // Staging rounds (see "staging" below): k/q and v chunks a thread loads per round, sized so that
   // the usual launch stages in one round (step: 1 token; chain: 16; tree: 32 nodes; commit: 32).
-  constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 16 : 8;
-  constexpr int kVB = MODE == Mode::kTree || MODE == Mode::kCommit ? 2 : 1;
+  constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 8 : 4;
+  constexpr int kVB = 1;
   using Loads = StageLoads<kXB, kVB>;
-  // Vectors a 4-lane group normalizes at once (see "l2 norms" below).
-  constexpr int kNormV = MODE == Mode::kStep ? 1 : 2;
+  // Vectors a 4-lane group normalizes at once (see "l2 norms" below): one round for the usual
+  // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
+  constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
 
   const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = lane & 3;
-  const int cp = warp * 8 + (lane >> 2);     // column pair within the block, 0..15
-  const int col = cb * kCols + 2 * cp;       // this thread's first column (of two)
+  const int lcol = warp * 8 + (lane >> 2);   // this thread's column within the block, 0..31
+  const int col = cb * kCols + lcol;         // and within the head
   const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
   const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
   const int Tc = CIV ? p.c_tokens : 0;       // the pending commit's tokens
   const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
   const int N = staged_capacity(MODE, Tm);
 
-  float2* stash = reinterpret_cast<float2*>(smem_raw);
+  float* stash = reinterpret_cast<float*>(smem_raw);
   float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
   float* vd = xs + size_t(N) * kKinds * kVecFloats;
   float* dec = vd + size_t(N) * kCols;
@@ -324,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   int* depth = par + Tm;
   int* order = depth + Tm;
   int* path = order + Tm;
-  int* info = path + 2 * kPathLen;
+  int* info = path + kWarps * kPathLen;
 
   // ---- tree structure: validation, depths, the accepted path ----
   // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
@@ -381,8 +380,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // ---- staging: k (and q) as fp32, v of our columns, decay and beta of nt tokens ----
   // k/q: nt * kinds vectors of 16 chunks of 8 elements (chunk w: vector w / 16, whose token is
   // vector / kinds; chunk c = w % 16 -> segment c / 4, offset 8 (c % 4)); v[b, t, h, cb*32 .. +31]:
-  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 = kThreads). Thread tid
-  // takes chunks tid, tid + 64, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
+  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 <= kThreads). Thread tid
+  // takes chunks tid, tid + 128, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
   // round 0). A round issues all of its loads into registers (stage_issue), then converts and
   // stores them (stage_store): one memory latency per round (a load followed by its stores, in a
   // loop, waits once per chunk: the compiler does not move a load above the previous chunk's
@@ -391,7 +390,6 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // round; a caller may issue round 0 early. Inputs not 16-byte aligned take the plain loop
   // (stage_plain: a load, then its stores). use_order: the j-th staged token is order[j] of src
   // (a commit's path), else token j.
-  using T2 = typename Pair<T>::type;
   auto staged_token = [&](bool use_order, int j) { return use_order ? order[j] : j; };
   auto gate_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h; };
   auto beta_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h; };
@@ -523,7 +521,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   };
 
   // ---- l2 norms in place: a group of 4 lanes (one per segment) per vector; a group takes kNormV
-  // vectors a round (16 * kNormV vectors a round), their sums interleaved ----
+  // vectors a round (32 * kNormV vectors a round), their sums interleaved ----
   auto normalize = [&](int nt, bool with_q) {
     const int nvec = nt * (with_q ? 2 : 1);
     const int group = tid >> 2;
@@ -664,19 +662,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   }
 
   // ---- the state tile: every load issued now, consumed after the token prologue ----
-  float2 S[kSegLen];
+  float S[kSegLen];
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
   if (live && (n > 0 || nc > 0)) {
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) {
-      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
-      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
-    }
+    for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
+      S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
   }
 
-  T2* out = static_cast<T2*>(p.out);
-  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
+  T* out = static_cast<T*>(p.out);
+  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col; };
 
   // ---- the tokens ----
   // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
@@ -696,8 +692,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
-    bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
-    float ux = 0.f, uy = 0.f;
+    bool have_u = false;  // u: the segment partial of u for node i, already summed
+    float u = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     for (int i = 0; i < nt; ++i) {
@@ -711,13 +707,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
           for (int d = 1; d <= dp; ++d) {
             const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
-            const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
+            const float dl = vd[a * kCols + lcol];
             const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
-            for (int r = 0; r < kSegLen; ++r) {
-              S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
-              S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
-            }
+            for (int r = 0; r < kSegLen; ++r) S[r] = add(mul(S[r], da), mul(kn[r], dl));
             a = an;
           }
           cur = pa;
@@ -733,24 +726,22 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
           kr[r] = kn[r];
-          const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
-          ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
-          uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
-          if (kDecayed) S[r] = make_float2(ax, ay);
+          const float a = mul(S[r], di);
+          u = r == 0 ? mul(a, kr[0]) : add(u, mul(a, kr[r]));
+          if (kDecayed) S[r] = a;
         }
       }
-      ux = combine_segments(ux);
-      uy = combine_segments(uy);
-      const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
-      const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+      u = combine_segments(u);
+      const float vv = vd[i * kCols + lcol];
+      const float dl = mul(sub(vv, u), bi);
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
-        if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+        if (seg == 0 && keep) vd[i * kCols + lcol] = dl;
         if (lane == 0) wpath[depth[i]] = i;
         __syncwarp();
       }
       const float* qn = kn + kVecFloats;  // (kOut only)
-      float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
+      float o = 0.f, un = 0.f;
       // The pass over the rows in the shape this node needs (a uniform branch): with or without the
       // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
       // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
@@ -761,22 +752,16 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          const float ax = kDecayed ? S[r].x : mul(S[r].x, di);  // S * d_i
-          const float ay = kDecayed ? S[r].y : mul(S[r].y, di);
-          const float sx = add(ax, mul(kr[r], dx));
-          const float sy = add(ay, mul(kr[r], dy));
-          if (kOut) {
-            ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
-            oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
-          }
+          const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
+          const float sn = add(a, mul(kr[r], dl));          // S'
+          if (kOut) o = r == 0 ? mul(sn, qn[0]) : add(o, mul(sn, qn[r]));
           if (kNext) {
-            const float tx = mul(sx, dn), ty = mul(sy, dn);  // S' * d_next
+            const float t = mul(sn, dn);  // S' * d_next
             kr[r] = knn[r];
-            nx = r == 0 ? mul(tx, kr[0]) : add(nx, mul(tx, kr[r]));
-            ny = r == 0 ? mul(ty, kr[0]) : add(ny, mul(ty, kr[r]));
-            S[r] = kDecayed ? make_float2(tx, ty) : make_float2(sx, sy);
+            un = r == 0 ? mul(t, kr[0]) : add(un, mul(t, kr[r]));
+            S[r] = kDecayed ? t : sn;
           } else if (kKeep) {
-            S[r] = make_float2(sx, sy);
+            S[r] = sn;
           }
         }
       };
@@ -784,21 +769,19 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
       else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       if (kOut) {
-        ox = combine_segments(ox);
-        oy = combine_segments(oy);
-        if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
+        o = combine_segments(o);
+        if (seg == 0) *out_at(i) = from_f<T>(o);
       }
       if (keep) cur = i;
       have_u = next >= 0;
-      ux = nx;
-      uy = ny;
+      u = un;
     }
   };
 
   auto store_tile = [&]() {
     float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) *reinterpret_cast<float2*>(dst + r * kHeadV) = S[r];
+    for (int r = 0; r < kSegLen; ++r) dst[r * kHeadV] = S[r];
   };
 
   // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
@@ -835,7 +818,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // ---- nothing to run: zero rows (verify and step), no further pool access ----
   if (!live || n == 0) {
     if (MODE != Mode::kCommit && seg == 0)
-      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+      for (int i = 0; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
     return;
   }
 
@@ -858,7 +841,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
   if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
-    for (int i = n; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+    for (int i = n; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
 }
 
 }  // namespace qwen38::gdn
