@@ -93,9 +93,10 @@ constexpr int kCols = 32;                     // V columns per CTA
 constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
 constexpr int kSegs = 4;                      // K_SPLIT of the contract
 constexpr int kSegLen = kHeadK / kSegs;       // 32 rows per segment
-constexpr int kSegPad = kSegLen + 1;          // a staged segment's smem stride: the 4 segments of a
-                                              // vector start in 4 different banks (conflict-free)
-constexpr int kVecFloats = kSegs * kSegPad;   // 132 floats per staged k or q vector
+constexpr int kSegPad = kSegLen + 4;          // a staged segment's smem stride: segments start 16-byte
+                                              // aligned (read as 8 16-byte words), the 4 segments of
+                                              // a vector in 4 different 4-bank groups (conflict-free)
+constexpr int kVecFloats = kSegs * kSegPad;   // 144 floats per staged k or q vector
 constexpr int kPathLen = kMaxTreeNodes + 1;   // per-warp path, index = depth (0: the committed state)
 constexpr float kL2Eps = 1e-6f;               // reference L2_EPS, as fp32
 constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overflow-safe)
@@ -120,6 +121,8 @@ __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
 }
 // The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
 static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
+// Staged vectors and their segments start 16-byte aligned (smem_raw is; the stash keeps it so).
+static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0 && stash_bytes(Mode::kTree) % 16 == 0, "16-byte segments");
 
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
@@ -218,6 +221,28 @@ __device__ __forceinline__ void floats8_of(const uint4& w, float (&out)[8]) {
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+
+// N (a multiple of 4) consecutive floats of shared memory that start 16-byte aligned, moved as
+// N / 4 16-byte words (a staged segment: kSegPad).
+template <int N>
+__device__ __forceinline__ void lds_floats(const float* src, float (&dst)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words");
+#pragma unroll
+  for (int m = 0; m < N / 4; ++m) {
+    const float4 w = reinterpret_cast<const float4*>(src)[m];
+    dst[4 * m] = w.x;
+    dst[4 * m + 1] = w.y;
+    dst[4 * m + 2] = w.z;
+    dst[4 * m + 3] = w.w;
+  }
+}
+template <int N>
+__device__ __forceinline__ void sts_floats(float* dst, const float (&src)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words");
+#pragma unroll
+  for (int m = 0; m < N / 4; ++m)
+    reinterpret_cast<float4*>(dst)[m] = make_float4(src[4 * m], src[4 * m + 1], src[4 * m + 2], src[4 * m + 3]);
+}
 
 // (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3).
 __device__ __forceinline__ float combine_segments(float p) {
@@ -455,9 +480,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
         float e[8];
         floats8_of<T>(L.x[m], e);
-        float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dst[i] = e[i];
+        sts_floats(xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3), e);
       }
     }
 #pragma unroll
@@ -486,9 +509,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
                              : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
       float e[8];
       load8<T>(s + 8 * c, src.qk16, e);
-      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+      sts_floats(xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3), e);
     }
     for (int w = tid; w < nt * 4; w += kThreads) {
       const int j = w >> 2, c = w & 3;
@@ -539,9 +560,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       float xr[kNormV][kSegLen], ss[kNormV];
 #pragma unroll
-      for (int u = 0; u < kNormV; ++u)
-#pragma unroll
-        for (int r = 0; r < kSegLen; ++r) xr[u][r] = xv[u][r];
+      for (int u = 0; u < kNormV; ++u) lds_floats(xv[u], xr[u]);
 #pragma unroll
       for (int u = 0; u < kNormV; ++u) ss[u] = mul(xr[u][0], xr[u][0]);
 #pragma unroll
@@ -554,8 +573,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       for (int u = 0; u < kNormV; ++u) {
         const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss[u], kL2Eps)));
         if (on[u]) {
+          float y[kSegLen];
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) xv[u][r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+          for (int r = 0; r < kSegLen; ++r) y[r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+          sts_floats(xv[u], y);
         }
       }
     }
@@ -708,9 +729,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
             const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
             const float dl = vd[a * kCols + lcol];
-            const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
+            float ka[kSegLen];
+            lds_floats(xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad, ka);
 #pragma unroll
-            for (int r = 0; r < kSegLen; ++r) S[r] = add(mul(S[r], da), mul(kn[r], dl));
+            for (int r = 0; r < kSegLen; ++r) S[r] = add(mul(S[r], da), mul(ka[r], dl));
             a = an;
           }
           cur = pa;
@@ -723,9 +745,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+        lds_floats(kn, kr);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          kr[r] = kn[r];
           const float a = mul(S[r], di);
           u = r == 0 ? mul(a, kr[0]) : add(u, mul(a, kr[r]));
           if (kDecayed) S[r] = a;
@@ -749,15 +771,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       auto pass = [&](auto with_next, auto keep_tag) {
         constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
         const float dn = kNext ? dec[next] : 0.f;
-        const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
+        float qv[kSegLen], kv[kSegLen];  // qn_i, kn_next
+        if (kOut) lds_floats(qn, qv);
+        if (kNext) lds_floats(xs + size_t(next) * kKinds * kVecFloats + seg * kSegPad, kv);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
           const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
           const float sn = add(a, mul(kr[r], dl));          // S'
-          if (kOut) o = r == 0 ? mul(sn, qn[0]) : add(o, mul(sn, qn[r]));
+          if (kOut) o = r == 0 ? mul(sn, qv[0]) : add(o, mul(sn, qv[r]));
           if (kNext) {
             const float t = mul(sn, dn);  // S' * d_next
-            kr[r] = knn[r];
+            kr[r] = kv[r];
             un = r == 0 ? mul(t, kr[0]) : add(un, mul(t, kr[r]));
             S[r] = kDecayed ? t : sn;
           } else if (kKeep) {
