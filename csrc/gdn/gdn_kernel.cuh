@@ -308,6 +308,7 @@ template <int XB, int VB> struct StageLoads {
 
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
 template <bool B> struct BoolTag { static constexpr bool value = B; };
+template <int I> struct IntTag { static constexpr int value = I; };
 
 // CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
 // runs from it: one state read and one write per round instead of a commit's read + write and the
@@ -701,7 +702,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
-  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
+  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild; when
+  // the next node continues from that S (a sibling: its parent is the node S holds), the leaf's pass
+  // also forms the next node's u = (S * d_next)^T kn_next, overlapped with the leaf's o sum.
   // Work done once: kn_i is in registers when node i's pass starts (kr: read by the parent's pass
   // as the child's u factor, or by the u sum), and outside a tree S holds S * d_i (the product the
   // pass and the u sum both use: formed by the parent's pass as the child's u factor, or by the u
@@ -744,6 +747,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       // the node that continues from S' (its child), or none
       const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
+      // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
+      const int sib = PM == Mode::kTree && next < 0 && i + 1 < nt && par[i + 1] == cur ? i + 1 : -1;
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
         lds_floats(kn, kr);
 #pragma unroll
@@ -764,40 +769,48 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       const float* qn = kn + kVecFloats;  // (kOut only)
       float o = 0.f, un = 0.f;
-      // The pass over the rows in the shape this node needs (a uniform branch): with or without the
-      // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
-      // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
-      // under a per-row condition would wait for each row's read in turn).
-      auto pass = [&](auto with_next, auto keep_tag) {
-        constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
-        const float dn = kNext ? dec[next] : 0.f;
+      // The pass over the rows in the shape this node needs (a uniform branch): the next node's u
+      // sum from S' (a child), from S (a leaf's sibling) or none; S' kept or not. Each shape is
+      // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
+      // and the independent sums interleave (a sum under a per-row condition would wait for each
+      // row's read in turn).
+      auto pass = [&](auto next_tag, auto keep_tag) {
+        constexpr int kNext = decltype(next_tag)::value;  // 0: none, 1: the child (from S'), 2: a sibling (from S)
+        constexpr bool kKeep = decltype(keep_tag)::value;
+        const int nx = kNext == 1 ? next : sib;
+        const float dn = kNext ? dec[nx] : 0.f;
         float qv[kSegLen], kv[kSegLen];  // qn_i, kn_next
         if (kOut) lds_floats(qn, qv);
-        if (kNext) lds_floats(xs + size_t(next) * kKinds * kVecFloats + seg * kSegPad, kv);
+        if (kNext) lds_floats(xs + size_t(nx) * kKinds * kVecFloats + seg * kSegPad, kv);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
           const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
           const float sn = add(a, mul(kr[r], dl));          // S'
           if (kOut) o = r == 0 ? mul(sn, qv[0]) : add(o, mul(sn, qv[r]));
           if (kNext) {
-            const float t = mul(sn, dn);  // S' * d_next
+            const float t = mul(kNext == 1 ? sn : S[r], dn);  // S' * d_next, or (a sibling) S * d_next
             kr[r] = kv[r];
             un = r == 0 ? mul(t, kr[0]) : add(un, mul(t, kr[r]));
-            S[r] = kDecayed ? t : sn;
+            if (kNext == 1) S[r] = kDecayed ? t : sn;
           } else if (kKeep) {
             S[r] = sn;
           }
         }
       };
-      if (next >= 0) pass(BoolTag<true>{}, BoolTag<true>{});  // S' kept, the child's u formed
-      else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
-      else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
+      if (next >= 0) {
+        pass(IntTag<1>{}, BoolTag<true>{});  // S' kept, the child's u formed
+      } else if constexpr (PM == Mode::kTree) {  // a leaf: S kept
+        if (sib >= 0) pass(IntTag<2>{}, BoolTag<false>{});  // and the sibling's u formed
+        else pass(IntTag<0>{}, BoolTag<false>{});
+      } else {
+        pass(IntTag<0>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
+      }
       if (kOut) {
         o = combine_segments(o);
         if (seg == 0) *out_at(i) = from_f<T>(o);
       }
       if (keep) cur = i;
-      have_u = next >= 0;
+      have_u = next >= 0 || sib >= 0;
       u = un;
     }
   };
