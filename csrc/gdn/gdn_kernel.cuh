@@ -39,12 +39,16 @@
 // parent's state plus its own update. In depth-first order the parent p of node i is the previous
 // node or an ancestor of it. A leaf (no child follows it) is evaluated without overwriting the
 // parent's state in registers, so its siblings start from it directly. Otherwise, when the parent
-// is not the state held, the state after p is rebuilt from the committed tile (kept in shared
-// memory) by replaying the path root..p with the stored per-node decay and delta:
+// is not the state held, the state after p is taken from a second register copy R, which holds the
+// state after the last node seen that has a child beyond its first (a node whose subtree is being
+// visited: for the usual speculation trees, a spine with several children per node, the parent
+// whenever one is needed), or else rebuilt from the committed tile (kept in shared memory) by
+// replaying the path root..p with the stored per-node decay and delta:
 // S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
-// used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
-// current path (the last node visited at each depth). Per node, the new state, the output sum and
-// the next node's u sum (when the next node is its child) are formed in one pass over the rows, in
+// used, so the replayed state is bit-identical to the stepped one (a node's state has the same bits
+// however it is reached, so R is too). A per-warp array holds the current path (the last node
+// visited at each depth). Per node, the new state, the output sum and the next node's u sum (when
+// the next node is its child, or a leaf's sibling) are formed in one pass over the rows, in
 // straight-line code (one shape per case), with S * d and kn of a node formed or read once.
 //
 // Prologue: a launch at small batch is one chain of dependent latencies per CTA, so every load
@@ -348,6 +352,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   int* par = reinterpret_cast<int*>(bet + N);
   int* depth = par + Tm;
   int* order = depth + Tm;
+  int* later = order;  // a verify tree's later[] (tree_structure); order[] is a commit's
   int* path = order + Tm;
   int* info = path + kWarps * kPathLen;
 
@@ -358,8 +363,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // both walks follow parent links that strictly decrease, so they end even on invalid input.
   // (plo, phi): parents[b, tid] as loaded by the caller (load_index_word; Tp <= kThreads).
   // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
-  // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
-  // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
+  // has validated them all unless it could not look), and sets later[p] when a node i > p + 1
+  // (i < m, valid or not: a hint) names p as its parent. Commit (as_path): returns the accepted
+  // path's length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is
+  // written).
   // Contains block barriers: every thread calls it.
   static_assert(kMaxTreeNodes <= kThreads, "one parent per thread");
   auto tree_structure = [&](uint32_t plo, uint32_t phi, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
@@ -368,6 +375,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       par[tid] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever tid is
     }
     if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
+    if (!as_path && tid < Tp) later[tid] = 0;
     __syncthreads();
     for (int i = tid; i < m; i += kThreads) {
       const int pa = par[i];
@@ -389,6 +397,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       depth[i] = d;
       if (!ok) atomicMin(&info[0], i);
+      if (!as_path && pa >= 0 && pa + 2 <= i) later[pa] = 1;  // (every writer stores the same value)
     }
     __syncthreads();
     const int valid = info[0];
@@ -716,6 +725,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
+    int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
+    float R[kSegLen];
     bool have_u = false;  // u: the segment partial of u for node i, already summed
     float u = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
@@ -723,7 +734,12 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
-        if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
+        if (pa != cur && pa >= 0 && pa == saved) {  // the state after pa, kept in R
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) S[r] = R[r];
+          cur = pa;
+          have_u = false;
+        } else if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
 #pragma unroll
           for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
           const int dp = pa < 0 ? 0 : depth[pa];
@@ -808,6 +824,11 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       if (kOut) {
         o = combine_segments(o);
         if (seg == 0) *out_at(i) = from_f<T>(o);
+      }
+      if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
+#pragma unroll
+        for (int r = 0; r < kSegLen; ++r) R[r] = S[r];
+        saved = i;
       }
       if (keep) cur = i;
       have_u = next >= 0 || sib >= 0;
