@@ -317,8 +317,10 @@ template <int I> struct IntTag { static constexpr int value = I; };
 // CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
 // runs from it: one state read and one write per round instead of a commit's read + write and the
 // verify's read. Only with MODE kChain or kTree.
+// (Launch bounds with a minimum of 1 CTA per SM: without it ptxas for sm_121a held the bf16 tree
+// kernel to 128 registers and spilled; with it no instantiation spills on sm_90a or sm_121a.)
 template <Mode MODE, typename T, bool RAW, bool CIV>
-__global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
@@ -734,15 +736,11 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
-        if (pa != cur && pa >= 0 && pa == saved) {  // the state after pa, kept in R
+        if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
+          const bool kept = pa >= 0 && pa == saved;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = R[r];
-          cur = pa;
-          have_u = false;
-        } else if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
-#pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
-          const int dp = pa < 0 ? 0 : depth[pa];
+          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : stash[r * kThreads + tid];
+          const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
             const int an = d < dp ? wpath[d + 1] : 0;
