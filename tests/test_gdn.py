@@ -582,9 +582,9 @@ def test_cpu_tensor_names_the_argument():
 
 # ---- the kernel source on the host (CPU CI) --------------------------------------------------------
 # tests/native/gdn_host_emulation.cpp compiles csrc/gdn/gdn_kernel.cuh with the host compiler and runs
-# each CTA's 64 threads as cooperative user-space threads. It checks the kernel's indexing, staging,
-# shared-memory layout, tree replay and guards against the reference without a GPU; the arithmetic
-# is plain IEEE float (no FMA), transcendentals from the host libm.
+# each CTA's threads (the kernel's kThreads) as cooperative user-space threads. It checks the
+# kernel's indexing, staging, shared-memory layout, tree replay and guards against the reference
+# without a GPU; the arithmetic is plain IEEE float (no FMA), transcendentals from the host libm.
 
 _ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 EMU_HEADS = (0, 1, 23, 47)  # q/k heads 0, 0, 7, 15

@@ -87,6 +87,23 @@ def test_tree_bench_shape(emu, tmp_path):
     _check_emulated(got, (o_ref, pool), pool, "tree bench shape")
 
 
+def test_tree_rebuild_paths(emu, tmp_path):
+    # Every way the tree kernel finds a node's parent state: held from the previous node (its
+    # parent; or a leaf's sibling, whose u sum the leaf's pass forms: 5 -> 6, 11 -> 12); kept in
+    # registers for a node with a later child (the last such node: 14, for 17); replayed from the
+    # loaded tile when the kept one is another (7: parent 3 at depth 4, while 4 is kept; 8, 10, 18)
+    # or none (13: the tile itself). Sequence 1 stops at 15 nodes.
+    par = [-1, 0, 1, 2, 3, 4, 4, 3, 2, 8, 0, 10, 10, -1, 13, 14, 15, 14, 13]
+    assert tg._first_invalid(par) == len(par)
+    t = len(par)
+    q, k, v, g, beta, pool = _inputs(2, t, seed=14, n_slots=3, dtype=torch.float16)
+    parents, slots, lengths = _pad_parents([par, par], t), _i([2, 0]), _i([t, 15])
+    o_ref = ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+    got = _emulate(emu, tmp_path, "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
+                   parents=parents, lengths=lengths)
+    _check_emulated(got, (o_ref, pool), pool, "tree rebuild paths")
+
+
 @pytest.mark.parametrize("v_tree", [False, True])
 @pytest.mark.parametrize("c_tree", [False, True])
 def test_civ_long(emu, tmp_path, c_tree, v_tree):

@@ -13,18 +13,21 @@
 // free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),
 // 128 (V = j)] contiguous; output [B, T, 48, 128] contiguous in the act dtype.
 //
-// Work split: one CTA of 64 threads per (column block of 32 V columns, v head, sequence). Columns
-// of S evolve independently (u, delta and o of column j only read column j and the shared kn, qn),
-// so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside a CTA:
+// Work split: one CTA of 128 threads (4 warps) per (column block of 32 V columns, v head,
+// sequence). Columns of S evolve independently (u, delta and o of column j only read column j and
+// the shared kn, qn), so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside
+// a CTA:
 //
-//        columns  cb*32 + 0,1 | 2,3 | ... | 30,31            thread = (column pair cp, segment s)
-//   rows   0..31   (cp 0, s 0) (cp 1, s 0) ...               lane   = 4 * (cp % 8) + s
-//         32..63   (cp 0, s 1) ...                           warp   = cp / 8
-//         64..95   (cp 0, s 2) ...
-//         96..127  (cp 0, s 3) ...
+//        columns  cb*32 + 0 | 1 | ... | 31                   thread = (column c, segment s)
+//   rows   0..31   (c 0, s 0) (c 1, s 0) ...                 lane   = 4 * (c % 8) + s
+//         32..63   (c 0, s 1) ...                            warp   = c / 8
+//         64..95   (c 0, s 2) ...
+//         96..127  (c 0, s 3) ...
 //
-// Each thread holds the 32 x 2 fp32 block of its (segment, column pair) in registers (float2 S[32])
-// for the whole launch: the tile is loaded once and, for the step and the commit, stored once.
+// Each thread holds the 32 fp32 values of its (segment, column) in registers (float S[32]) for the
+// whole launch: the tile is loaded once and, for the step and the commit, stored once. (One column
+// per thread: the per-token chain is about half the instructions per thread of two columns, and a
+// warp's issue slots are what a token costs at small batch.)
 // A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
 // segment order; the 4 partials live in 4 adjacent lanes and are combined by two xor shuffles:
 // lane s holds p_s; after xor 1 lanes 0,1 hold p0 + p1 (addition is commutative: same bits on
@@ -36,12 +39,16 @@
 // parent's state plus its own update. In depth-first order the parent p of node i is the previous
 // node or an ancestor of it. A leaf (no child follows it) is evaluated without overwriting the
 // parent's state in registers, so its siblings start from it directly. Otherwise, when the parent
-// is not the state held, the state after p is rebuilt from the committed tile (kept in shared
-// memory) by replaying the path root..p with the stored per-node decay and delta:
+// is not the state held, the state after p is taken from a second register copy R, which holds the
+// state after the last node seen that has a child beyond its first (a node whose subtree is being
+// visited: for the usual speculation trees, a spine with several children per node, the parent
+// whenever one is needed), or else rebuilt from the committed tile (kept in shared memory) by
+// replaying the path root..p with the stored per-node decay and delta:
 // S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
-// used, so the replayed state is bit-identical to the stepped one. A per-warp array holds the
-// current path (the last node visited at each depth). Per node, the new state, the output sum and
-// the next node's u sum (when the next node is its child) are formed in one pass over the rows, in
+// used, so the replayed state is bit-identical to the stepped one (a node's state has the same bits
+// however it is reached, so R is too). A per-warp array holds the current path (the last node
+// visited at each depth). Per node, the new state, the output sum and the next node's u sum (when
+// the next node is its child, or a leaf's sibling) are formed in one pass over the rows, in
 // straight-line code (one shape per case), with S * d and kn of a node formed or read once.
 //
 // Prologue: a launch at small batch is one chain of dependent latencies per CTA, so every load
@@ -84,38 +91,42 @@
 
 namespace qwen38::gdn {
 
-constexpr int kThreads = 64;                  // 2 warps
+constexpr int kThreads = 128;                 // 4 warps
+constexpr int kWarps = kThreads / 32;
 constexpr int kCols = 32;                     // V columns per CTA
 constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
 constexpr int kSegs = 4;                      // K_SPLIT of the contract
 constexpr int kSegLen = kHeadK / kSegs;       // 32 rows per segment
-constexpr int kSegPad = kSegLen + 1;          // a staged segment's smem stride: the 4 segments of a
-                                              // vector start in 4 different banks (conflict-free)
-constexpr int kVecFloats = kSegs * kSegPad;   // 132 floats per staged k or q vector
+constexpr int kSegPad = kSegLen + 4;          // a staged segment's smem stride: segments start 16-byte
+                                              // aligned (read as 8 16-byte words), the 4 segments of
+                                              // a vector in 4 different 4-bank groups (conflict-free)
+constexpr int kVecFloats = kSegs * kSegPad;   // 144 floats per staged k or q vector
 constexpr int kPathLen = kMaxTreeNodes + 1;   // per-warp path, index = depth (0: the committed state)
 constexpr float kL2Eps = 1e-6f;               // reference L2_EPS, as fp32
 constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overflow-safe)
 
-static_assert(kThreads == kSegs * (kCols / 2), "one thread per (segment, column pair)");
-static_assert(kSegLen == 32 && kThreads == 64, "the lane mapping below assumes 32-row segments, 2 warps");
+static_assert(kThreads == kSegs * kCols, "one thread per (segment, column)");
+static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping below assumes 32-row segments, 4 warps");
 
 // ---- shared memory layout ----------------------------------------------------------------------
-// [stash: kSegLen x kThreads float2, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
-// [bet: N][par: T][depth: T][order: T][path: 2 x kPathLen][info: 4]      (floats, then ints)
+// [stash: kSegLen x kThreads floats, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
+// [bet: N][par: T][depth: T][order: T][path: kWarps x kPathLen][info: 4]      (floats, then ints)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t stash_bytes(Mode m) {
-  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float2) : 0;
+  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float) : 0;
 }
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
 }
-__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + 2 * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + kWarps * kPathLen + 4; }
 __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
   return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
 }
 // The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
 static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
+// Staged vectors and their segments start 16-byte aligned (smem_raw is; the stash keeps it so).
+static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0 && stash_bytes(Mode::kTree) % 16 == 0, "16-byte segments");
 
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
@@ -181,15 +192,9 @@ template <typename T> __device__ __forceinline__ float to_f(T x);
 template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
 
-template <typename T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  __device__ static type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <> struct Pair<__half> {
-  using type = __half2;
-  __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
-};
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 
 // 8 consecutive 16-bit elements as fp32: one 16-byte load when `vec` (the host checked alignment).
 // (The staging path for inputs not aligned to 16 bytes: each load waits before the next.)
@@ -220,6 +225,28 @@ __device__ __forceinline__ void floats8_of(const uint4& w, float (&out)[8]) {
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+
+// N (a multiple of 4) consecutive floats of shared memory that start 16-byte aligned, moved as
+// N / 4 16-byte words (a staged segment: kSegPad).
+template <int N>
+__device__ __forceinline__ void lds_floats(const float* src, float (&dst)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words");
+#pragma unroll
+  for (int m = 0; m < N / 4; ++m) {
+    const float4 w = reinterpret_cast<const float4*>(src)[m];
+    dst[4 * m] = w.x;
+    dst[4 * m + 1] = w.y;
+    dst[4 * m + 2] = w.z;
+    dst[4 * m + 3] = w.w;
+  }
+}
+template <int N>
+__device__ __forceinline__ void sts_floats(float* dst, const float (&src)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words");
+#pragma unroll
+  for (int m = 0; m < N / 4; ++m)
+    reinterpret_cast<float4*>(dst)[m] = make_float4(src[4 * m], src[4 * m + 1], src[4 * m + 2], src[4 * m + 3]);
+}
 
 // (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3).
 __device__ __forceinline__ float combine_segments(float p) {
@@ -285,12 +312,15 @@ template <int XB, int VB> struct StageLoads {
 
 template <Mode M> struct ModeTag { static constexpr Mode value = M; };
 template <bool B> struct BoolTag { static constexpr bool value = B; };
+template <int I> struct IntTag { static constexpr int value = I; };
 
 // CIV: the pending commit (Params c_*) is replayed into the tile, the tile stored, then the verify
 // runs from it: one state read and one write per round instead of a commit's read + write and the
 // verify's read. Only with MODE kChain or kTree.
+// (Launch bounds with a minimum of 1 CTA per SM: without it ptxas for sm_121a held the bf16 tree
+// kernel to 128 registers and spilled; with it no instantiation spills on sm_90a or sm_121a.)
 template <Mode MODE, typename T, bool RAW, bool CIV>
-__global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
@@ -298,24 +328,25 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   static_assert(!CIV || kVerify, "the commit folds into a verify only");
   // Staging rounds (see "staging" below): k/q and v chunks a thread loads per round, sized so that
   // the usual launch stages in one round (step: 1 token; chain: 16; tree: 32 nodes; commit: 32).
-  constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 16 : 8;
-  constexpr int kVB = MODE == Mode::kTree || MODE == Mode::kCommit ? 2 : 1;
+  constexpr int kXB = MODE == Mode::kStep ? 1 : MODE == Mode::kTree ? 8 : 4;
+  constexpr int kVB = 1;
   using Loads = StageLoads<kXB, kVB>;
-  // Vectors a 4-lane group normalizes at once (see "l2 norms" below).
-  constexpr int kNormV = MODE == Mode::kStep ? 1 : 2;
+  // Vectors a 4-lane group normalizes at once (see "l2 norms" below): one round for the usual
+  // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
+  constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
 
   const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = lane & 3;
-  const int cp = warp * 8 + (lane >> 2);     // column pair within the block, 0..15
-  const int col = cb * kCols + 2 * cp;       // this thread's first column (of two)
+  const int lcol = warp * 8 + (lane >> 2);   // this thread's column within the block, 0..31
+  const int col = cb * kCols + lcol;         // and within the head
   const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
   const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
   const int Tc = CIV ? p.c_tokens : 0;       // the pending commit's tokens
   const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
   const int N = staged_capacity(MODE, Tm);
 
-  float2* stash = reinterpret_cast<float2*>(smem_raw);
+  float* stash = reinterpret_cast<float*>(smem_raw);
   float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
   float* vd = xs + size_t(N) * kKinds * kVecFloats;
   float* dec = vd + size_t(N) * kCols;
@@ -323,8 +354,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   int* par = reinterpret_cast<int*>(bet + N);
   int* depth = par + Tm;
   int* order = depth + Tm;
+  int* later = order;  // a verify tree's later[] (tree_structure); order[] is a commit's
   int* path = order + Tm;
-  int* info = path + 2 * kPathLen;
+  int* info = path + kWarps * kPathLen;
 
   // ---- tree structure: validation, depths, the accepted path ----
   // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
@@ -333,8 +365,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // both walks follow parent links that strictly decrease, so they end even on invalid input.
   // (plo, phi): parents[b, tid] as loaded by the caller (load_index_word; Tp <= kThreads).
   // Verify (as_path false): returns the number of leading valid nodes among the first m (the host
-  // has validated them all unless it could not look). Commit (as_path): returns the accepted path's
-  // length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is written).
+  // has validated them all unless it could not look), and sets later[p] when a node i > p + 1
+  // (i < m, valid or not: a hint) names p as its parent. Commit (as_path): returns the accepted
+  // path's length (its nodes in order[]), or -1 when any of the Tp parents is invalid (nothing is
+  // written).
   // Contains block barriers: every thread calls it.
   static_assert(kMaxTreeNodes <= kThreads, "one parent per thread");
   auto tree_structure = [&](uint32_t plo, uint32_t phi, bool parents64, int Tp, int m, bool as_path, int64_t accp) {
@@ -343,6 +377,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       par[tid] = v < -1 || v >= Tp ? -2 : int(v);  // -2: invalid whatever tid is
     }
     if (tid == 0) info[0] = Tp;  // the first invalid node (Tp: none)
+    if (!as_path && tid < Tp) later[tid] = 0;
     __syncthreads();
     for (int i = tid; i < m; i += kThreads) {
       const int pa = par[i];
@@ -364,6 +399,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       depth[i] = d;
       if (!ok) atomicMin(&info[0], i);
+      if (!as_path && pa >= 0 && pa + 2 <= i) later[pa] = 1;  // (every writer stores the same value)
     }
     __syncthreads();
     const int valid = info[0];
@@ -381,8 +417,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // ---- staging: k (and q) as fp32, v of our columns, decay and beta of nt tokens ----
   // k/q: nt * kinds vectors of 16 chunks of 8 elements (chunk w: vector w / 16, whose token is
   // vector / kinds; chunk c = w % 16 -> segment c / 4, offset 8 (c % 4)); v[b, t, h, cb*32 .. +31]:
-  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 = kThreads). Thread tid
-  // takes chunks tid, tid + 64, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
+  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 <= kThreads). Thread tid
+  // takes chunks tid, tid + 128, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
   // round 0). A round issues all of its loads into registers (stage_issue), then converts and
   // stores them (stage_store): one memory latency per round (a load followed by its stores, in a
   // loop, waits once per chunk: the compiler does not move a load above the previous chunk's
@@ -391,7 +427,6 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // round; a caller may issue round 0 early. Inputs not 16-byte aligned take the plain loop
   // (stage_plain: a load, then its stores). use_order: the j-th staged token is order[j] of src
   // (a commit's path), else token j.
-  using T2 = typename Pair<T>::type;
   auto staged_token = [&](bool use_order, int j) { return use_order ? order[j] : j; };
   auto gate_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.g_sb + int64_t(t) * src.g_st + h; };
   auto beta_at = [&](const TokenSrc& src, int t) { return int64_t(b) * src.beta_sb + int64_t(t) * src.beta_st + h; };
@@ -457,9 +492,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
         const int j = with_q ? vec >> 1 : vec, kind = with_q ? vec & 1 : 0;
         float e[8];
         floats8_of<T>(L.x[m], e);
-        float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dst[i] = e[i];
+        sts_floats(xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3), e);
       }
     }
 #pragma unroll
@@ -488,9 +521,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
                              : qg + int64_t(b) * src.q_sb + int64_t(t) * src.q_st + int64_t(hq) * src.q_sh;
       float e[8];
       load8<T>(s + 8 * c, src.qk16, e);
-      float* dst = xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = e[i];
+      sts_floats(xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3), e);
     }
     for (int w = tid; w < nt * 4; w += kThreads) {
       const int j = w >> 2, c = w & 3;
@@ -523,7 +554,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   };
 
   // ---- l2 norms in place: a group of 4 lanes (one per segment) per vector; a group takes kNormV
-  // vectors a round (16 * kNormV vectors a round), their sums interleaved ----
+  // vectors a round (32 * kNormV vectors a round), their sums interleaved ----
   auto normalize = [&](int nt, bool with_q) {
     const int nvec = nt * (with_q ? 2 : 1);
     const int group = tid >> 2;
@@ -541,9 +572,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       }
       float xr[kNormV][kSegLen], ss[kNormV];
 #pragma unroll
-      for (int u = 0; u < kNormV; ++u)
-#pragma unroll
-        for (int r = 0; r < kSegLen; ++r) xr[u][r] = xv[u][r];
+      for (int u = 0; u < kNormV; ++u) lds_floats(xv[u], xr[u]);
 #pragma unroll
       for (int u = 0; u < kNormV; ++u) ss[u] = mul(xr[u][0], xr[u][0]);
 #pragma unroll
@@ -556,8 +585,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       for (int u = 0; u < kNormV; ++u) {
         const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss[u], kL2Eps)));
         if (on[u]) {
+          float y[kSegLen];
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) xv[u][r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+          for (int r = 0; r < kSegLen; ++r) y[r] = isq[u] ? mul(mul(xr[u][r], rn), p.scale) : mul(xr[u][r], rn);
+          sts_floats(xv[u], y);
         }
       }
     }
@@ -664,19 +695,17 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   }
 
   // ---- the state tile: every load issued now, consumed after the token prologue ----
-  float2 S[kSegLen];
+  float S[kSegLen];
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
   if (live && (n > 0 || nc > 0)) {
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) {
-      const float2* src = reinterpret_cast<const float2*>(tile + r * kHeadV);
-      S[r] = kVerify && !CIV ? __ldg(src) : *src;  // a verify never writes the pool: read-only path
-    }
+    for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
+      S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
   }
 
-  T2* out = static_cast<T2*>(p.out);
-  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * (kHeadV / 2) + col / 2; };
+  T* out = static_cast<T*>(p.out);
+  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col; };
 
   // ---- the tokens ----
   // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
@@ -684,7 +713,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
   // the same roundings in the same order, with the latency of two sums overlapped). A tree leaf
-  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild.
+  // (no child follows it) is evaluated without overwriting S, so its siblings need no rebuild; when
+  // the next node continues from that S (a sibling: its parent is the node S holds), the leaf's pass
+  // also forms the next node's u = (S * d_next)^T kn_next, overlapped with the leaf's o sum.
   // Work done once: kn_i is in registers when node i's pass starts (kr: read by the parent's pass
   // as the child's u factor, or by the u sum), and outside a tree S holds S * d_i (the product the
   // pass and the u sum both use: formed by the parent's pass as the child's u factor, or by the u
@@ -696,28 +727,29 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
     constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
-    bool have_u = false;  // (ux, uy): the segment partials of u for node i, already summed
-    float ux = 0.f, uy = 0.f;
+    int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
+    float R[kSegLen];
+    bool have_u = false;  // u: the segment partial of u for node i, already summed
+    float u = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     for (int i = 0; i < nt; ++i) {
       if (PM == Mode::kTree) {
         const int pa = par[i];
-        if (pa != cur) {  // rebuild the state after pa: the loaded tile, then the path root..pa
+        if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
+          const bool kept = pa >= 0 && pa == saved;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = stash[r * kThreads + tid];
-          const int dp = pa < 0 ? 0 : depth[pa];
+          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : stash[r * kThreads + tid];
+          const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
             const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
-            const float2 dl = *reinterpret_cast<const float2*>(vd + a * kCols + 2 * cp);
-            const float* kn = xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad;
+            const float dl = vd[a * kCols + lcol];
+            float ka[kSegLen];
+            lds_floats(xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad, ka);
 #pragma unroll
-            for (int r = 0; r < kSegLen; ++r) {
-              S[r].x = add(mul(S[r].x, da), mul(kn[r], dl.x));
-              S[r].y = add(mul(S[r].y, da), mul(kn[r], dl.y));
-            }
+            for (int r = 0; r < kSegLen; ++r) S[r] = add(mul(S[r], da), mul(ka[r], dl));
             a = an;
           }
           cur = pa;
@@ -729,76 +761,83 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
       // the node that continues from S' (its child), or none
       const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
+      // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
+      const int sib = PM == Mode::kTree && next < 0 && i + 1 < nt && par[i + 1] == cur ? i + 1 : -1;
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+        lds_floats(kn, kr);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          kr[r] = kn[r];
-          const float ax = mul(S[r].x, di), ay = mul(S[r].y, di);
-          ux = r == 0 ? mul(ax, kr[0]) : add(ux, mul(ax, kr[r]));
-          uy = r == 0 ? mul(ay, kr[0]) : add(uy, mul(ay, kr[r]));
-          if (kDecayed) S[r] = make_float2(ax, ay);
+          const float a = mul(S[r], di);
+          u = r == 0 ? mul(a, kr[0]) : add(u, mul(a, kr[r]));
+          if (kDecayed) S[r] = a;
         }
       }
-      ux = combine_segments(ux);
-      uy = combine_segments(uy);
-      const float2 vv = *reinterpret_cast<const float2*>(vd + i * kCols + 2 * cp);
-      const float dx = mul(sub(vv.x, ux), bi), dy = mul(sub(vv.y, uy), bi);
+      u = combine_segments(u);
+      const float vv = vd[i * kCols + lcol];
+      const float dl = mul(sub(vv, u), bi);
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
-        if (seg == 0 && keep) *reinterpret_cast<float2*>(vd + i * kCols + 2 * cp) = make_float2(dx, dy);
+        if (seg == 0 && keep) vd[i * kCols + lcol] = dl;
         if (lane == 0) wpath[depth[i]] = i;
         __syncwarp();
       }
       const float* qn = kn + kVecFloats;  // (kOut only)
-      float ox = 0.f, oy = 0.f, nx = 0.f, ny = 0.f;
-      // The pass over the rows in the shape this node needs (a uniform branch): with or without the
-      // child's u sum, S' kept or not. Each shape is straight-line code, so the shared-memory reads
-      // of all rows can be issued ahead of the sums and the independent sums interleave (a sum
-      // under a per-row condition would wait for each row's read in turn).
-      auto pass = [&](auto with_next, auto keep_tag) {
-        constexpr bool kNext = decltype(with_next)::value, kKeep = decltype(keep_tag)::value;
-        const float dn = kNext ? dec[next] : 0.f;
-        const float* knn = xs + size_t(kNext ? next : i) * kKinds * kVecFloats + seg * kSegPad;
+      float o = 0.f, un = 0.f;
+      // The pass over the rows in the shape this node needs (a uniform branch): the next node's u
+      // sum from S' (a child), from S (a leaf's sibling) or none; S' kept or not. Each shape is
+      // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
+      // and the independent sums interleave (a sum under a per-row condition would wait for each
+      // row's read in turn).
+      auto pass = [&](auto next_tag, auto keep_tag) {
+        constexpr int kNext = decltype(next_tag)::value;  // 0: none, 1: the child (from S'), 2: a sibling (from S)
+        constexpr bool kKeep = decltype(keep_tag)::value;
+        const int nx = kNext == 1 ? next : sib;
+        const float dn = kNext ? dec[nx] : 0.f;
+        float qv[kSegLen], kv[kSegLen];  // qn_i, kn_next
+        if (kOut) lds_floats(qn, qv);
+        if (kNext) lds_floats(xs + size_t(nx) * kKinds * kVecFloats + seg * kSegPad, kv);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          const float ax = kDecayed ? S[r].x : mul(S[r].x, di);  // S * d_i
-          const float ay = kDecayed ? S[r].y : mul(S[r].y, di);
-          const float sx = add(ax, mul(kr[r], dx));
-          const float sy = add(ay, mul(kr[r], dy));
-          if (kOut) {
-            ox = r == 0 ? mul(sx, qn[0]) : add(ox, mul(sx, qn[r]));
-            oy = r == 0 ? mul(sy, qn[0]) : add(oy, mul(sy, qn[r]));
-          }
+          const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
+          const float sn = add(a, mul(kr[r], dl));          // S'
+          if (kOut) o = r == 0 ? mul(sn, qv[0]) : add(o, mul(sn, qv[r]));
           if (kNext) {
-            const float tx = mul(sx, dn), ty = mul(sy, dn);  // S' * d_next
-            kr[r] = knn[r];
-            nx = r == 0 ? mul(tx, kr[0]) : add(nx, mul(tx, kr[r]));
-            ny = r == 0 ? mul(ty, kr[0]) : add(ny, mul(ty, kr[r]));
-            S[r] = kDecayed ? make_float2(tx, ty) : make_float2(sx, sy);
+            const float t = mul(kNext == 1 ? sn : S[r], dn);  // S' * d_next, or (a sibling) S * d_next
+            kr[r] = kv[r];
+            un = r == 0 ? mul(t, kr[0]) : add(un, mul(t, kr[r]));
+            if (kNext == 1) S[r] = kDecayed ? t : sn;
           } else if (kKeep) {
-            S[r] = make_float2(sx, sy);
+            S[r] = sn;
           }
         }
       };
-      if (next >= 0) pass(BoolTag<true>{}, BoolTag<true>{});  // S' kept, the child's u formed
-      else if constexpr (PM == Mode::kTree) pass(BoolTag<false>{}, BoolTag<false>{});  // a leaf
-      else pass(BoolTag<false>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
+      if (next >= 0) {
+        pass(IntTag<1>{}, BoolTag<true>{});  // S' kept, the child's u formed
+      } else if constexpr (PM == Mode::kTree) {  // a leaf: S kept
+        if (sib >= 0) pass(IntTag<2>{}, BoolTag<false>{});  // and the sibling's u formed
+        else pass(IntTag<0>{}, BoolTag<false>{});
+      } else {
+        pass(IntTag<0>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
+      }
       if (kOut) {
-        ox = combine_segments(ox);
-        oy = combine_segments(oy);
-        if (seg == 0) *out_at(i) = Pair<T>::make(ox, oy);
+        o = combine_segments(o);
+        if (seg == 0) *out_at(i) = from_f<T>(o);
+      }
+      if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
+#pragma unroll
+        for (int r = 0; r < kSegLen; ++r) R[r] = S[r];
+        saved = i;
       }
       if (keep) cur = i;
-      have_u = next >= 0;
-      ux = nx;
-      uy = ny;
+      have_u = next >= 0 || sib >= 0;
+      u = un;
     }
   };
 
   auto store_tile = [&]() {
     float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) *reinterpret_cast<float2*>(dst + r * kHeadV) = S[r];
+    for (int r = 0; r < kSegLen; ++r) dst[r * kHeadV] = S[r];
   };
 
   // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
@@ -835,7 +874,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
   // ---- nothing to run: zero rows (verify and step), no further pool access ----
   if (!live || n == 0) {
     if (MODE != Mode::kCommit && seg == 0)
-      for (int i = 0; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+      for (int i = 0; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
     return;
   }
 
@@ -858,7 +897,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(const Params p) {
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
   if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
-    for (int i = n; i < T_; ++i) *out_at(i) = Pair<T>::make(0.f, 0.f);
+    for (int i = n; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
 }
 
 }  // namespace qwen38::gdn

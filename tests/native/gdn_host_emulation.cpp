@@ -1,9 +1,9 @@
 // Runs the GDN CUDA kernel source (csrc/gdn/gdn_kernel.cuh) on the host, for machines without a GPU.
 //
 // The kernel template is compiled by the host compiler with a small emulation of what it uses from
-// CUDA: each CTA's 64 threads are cooperative user-space threads (ucontext) switched round-robin at
-// every barrier; __syncthreads, __syncwarp and the shuffles are CTA-wide barriers (valid for
-// this kernel: both warps always execute the same sequence of them); the _rn intrinsics are plain
+// CUDA: each CTA's threads (the kernel's kThreads) are cooperative user-space threads (ucontext)
+// switched round-robin at every barrier; __syncthreads, __syncwarp and the shuffles are CTA-wide
+// barriers (valid for this kernel: all warps always execute the same sequence of them); the _rn intrinsics are plain
 // IEEE float operations (built with -ffp-contract=off: no fused multiply-add). Transcendentals come
 // from the host libm, not CUDA's, so a value within an ulp of an fp32 rounding boundary could round
 // differently than on a GPU. What this checks is the kernel's indexing, staging, shared-memory
@@ -32,20 +32,20 @@
 // ---- the CUDA surface the kernel uses ------------------------------------------------------------
 namespace emu {
 
-constexpr int kThreads = 64;
+constexpr int kMaxThreads = 1024;  // the CTA size comes from the kernel (run_cta)
 struct Dim3 {
   unsigned x, y, z;
 };
 Dim3 g_block{0, 0, 0};
-int g_cur = 0;
-ucontext_t g_sched, g_ctx[kThreads];
-std::vector<char> g_stack[kThreads];
-bool g_done[kThreads];
-int g_arrived = 0, g_live = kThreads;
+int g_cur = 0, g_threads = 0;
+ucontext_t g_sched, g_ctx[kMaxThreads];
+std::vector<char> g_stack[kMaxThreads];
+bool g_done[kMaxThreads];
+int g_arrived = 0, g_live = 0;
 unsigned g_gen = 0;
-float g_xchg[kThreads];
-uint64_t g_xchg64[kThreads];
-int g_pred[kThreads];
+float g_xchg[kMaxThreads];
+uint64_t g_xchg64[kMaxThreads];
+int g_pred[kMaxThreads];
 std::function<void()> g_body;
 unsigned char* g_smem = nullptr;  // the kernel's shared memory (set by main)
 size_t g_smem_size = 0;
@@ -71,13 +71,18 @@ void entry() {
   }
 }  // returns to g_sched (uc_link)
 
-void run_cta(Dim3 block, const std::function<void()>& body) {
+void run_cta(Dim3 block, int threads, const std::function<void()>& body) {
+  if (threads < 1 || threads > kMaxThreads || threads % 32 != 0) {
+    std::fprintf(stderr, "unsupported CTA size %d\n", threads);
+    std::exit(2);
+  }
   g_block = block;
   g_body = body;
-  g_live = kThreads;
+  g_threads = threads;
+  g_live = threads;
   g_arrived = 0;
   std::memset(g_smem, 0xff, g_smem_size);  // NaN: shared memory starts as garbage
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < threads; ++t) {
     g_stack[t].resize(1 << 18);
     getcontext(&g_ctx[t]);
     g_ctx[t].uc_stack.ss_sp = g_stack[t].data();
@@ -88,7 +93,7 @@ void run_cta(Dim3 block, const std::function<void()>& body) {
   }
   for (bool any = true; any;) {
     any = false;
-    for (int t = 0; t < kThreads; ++t) {
+    for (int t = 0; t < threads; ++t) {
       if (g_done[t]) continue;
       any = true;
       g_cur = t;
@@ -122,7 +127,7 @@ inline int __syncthreads_or(int pred) {
   emu::g_pred[emu::g_cur] = pred;
   emu::barrier();
   int any = 0;
-  for (int t = 0; t < emu::kThreads; ++t) any |= emu::g_pred[t];
+  for (int t = 0; t < emu::g_threads; ++t) any |= emu::g_pred[t];
   emu::barrier();
   return any;
 }
@@ -201,7 +206,7 @@ void run_grid(const Params& p, const std::vector<int>& heads) {
   for (unsigned b = 0; b < unsigned(p.batch); ++b)
     for (int h : heads)
       for (unsigned cb = 0; cb < unsigned(kColBlocks); ++cb)
-        emu::run_cta(emu::Dim3{cb, unsigned(h), b}, [&p]() { gdn_kernel<MODE, T, RAW, CIV>(p); });
+        emu::run_cta(emu::Dim3{cb, unsigned(h), b}, kThreads, [&p]() { gdn_kernel<MODE, T, RAW, CIV>(p); });
 }
 
 template <typename T>
