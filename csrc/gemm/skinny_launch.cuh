@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstdint>
 
 #include "common/launch.cuh"
@@ -51,11 +50,6 @@ cudaError_t launch_skinny_one(P p, bool pdl, cudaStream_t stream) {
     if (cudaError_t e = dynamic_smem_limit<K>(&limit)) return e;
   const size_t smem = K::prepare(p, limit);
   if (smem > limit) return cudaErrorInvalidValue;
-  // QWEN38_SKINNY_CARVEOUT=0..100: the preferred shared-memory carveout (percent; the rest is L1,
-  // where the activations are re-read) for A/B timing; unset: the driver's choice.
-  if (const char* e = std::getenv("QWEN38_SKINNY_CARVEOUT"); K::kDynamicSmem && e != nullptr && *e != '\0')
-    if (cudaError_t err = cudaFuncSetAttribute(K::fn, cudaFuncAttributePreferredSharedMemoryCarveout, std::atoi(e)))
-      return err;
   const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)));
   return launch_kernel(K::fn, grid, dim3(32 * KS), smem, stream, pdl, p);
 }
