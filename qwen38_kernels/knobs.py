@@ -58,7 +58,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_L2SPAN", "128",
          "128 (default) or 256: the NVFP4 skinny kernel's weight copies carry the L2 fetch-size hint of that many bytes (a miss fills the whole aligned span into L2, so the next steps of a weight row hit L2 and DRAM reads longer runs); 0: plain copies. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",
-         "Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block. A launch detail for A/B timing: same bits."),
+         "Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block; any other value: the default. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_CONV_CHECK_INDICES", "1",
          "1: an eager CUDA call of conv_step / conv_chain / conv_tree / conv_commit copies its index "
          "tensors (slots, lengths, parents, accepted) to the host and validates them like the reference "

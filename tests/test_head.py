@@ -193,6 +193,17 @@ def test_pdl_off_gives_the_same_bits():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_ring_depth_gives_the_same_bits(m):
+    """QWEN38_HEAD_DEPTH (the 1..16-row weight ring's depth) changes no bit."""
+    x, w = _case(m, 1000, seed=10)
+    y = OPS.head_logits(x, w)
+    for depth in ("3", "4"):
+        with q.knobs.override(QWEN38_HEAD_DEPTH=depth):
+            qt.assert_bitwise_equal(OPS.head_logits(x, w), y, f"depth {depth}")
+
+
+@pytest.mark.gpu
 def test_wrappers_call_the_ops():
     x, w = _case(2, 100, 64, seed=10)
     qt.assert_bitwise_equal(q.head_logits(x, w), OPS.head_logits(x, w), "head_logits wrapper")

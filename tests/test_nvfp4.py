@@ -185,6 +185,45 @@ def test_graph_equals_eager_and_deterministic(m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n,k", [(1000, 6144), (48, 5120), (136, 32)])
+def test_ring_depth_and_l2_span_change_no_bit(n, k):
+    """QWEN38_NVFP4_DEPTH and QWEN38_NVFP4_L2SPAN only reshape the weight pipeline: every depth 2..8
+    and every span give the default's bits, at 1, 16 and 32 rows (both m16 kernels)."""
+    w = _weight(n, k, "cuda", seed=21)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=22)
+    for m in (1, 16, 32):
+        base = _call(x[:m], w)
+        for depth in ("2", "3", "5", "8"):
+            with q.knobs.override(QWEN38_NVFP4_DEPTH=depth):
+                qt.assert_bitwise_equal(_call(x[:m], w), base, f"depth {depth}, {m} rows")
+        for span in ("0", "256"):
+            with q.knobs.override(QWEN38_NVFP4_L2SPAN=span):
+                qt.assert_bitwise_equal(_call(x[:m], w), base, f"L2 span {span}, {m} rows")
+
+
+@pytest.mark.gpu
+def test_bad_launch_knobs_are_named():
+    w = _weight(48, 64, "cuda")
+    x = qt.randn_nonzero(2, 64, device="cuda")
+    for knob, value in (("QWEN38_NVFP4_DEPTH", "9"), ("QWEN38_NVFP4_DEPTH", "x"), ("QWEN38_NVFP4_L2SPAN", "64")):
+        with q.knobs.override(**{knob: value}), pytest.raises(ValueError, match=knob):
+            _call(x, w)
+
+
+@pytest.mark.gpu
+def test_scale_not_4_byte_aligned_is_refused():
+    """The skinny kernel copies the scales in 4-byte words: a w_scale view that starts 2 bytes into
+    its storage is refused by name."""
+    w = _weight(48, 64, "cuda")
+    x = qt.randn_nonzero(2, 64, device="cuda")
+    store = torch.zeros(48 * 4 + 2, dtype=torch.uint8, device="cuda")
+    scale = store[2:].view(torch.float8_e4m3fn).view(48, 4)
+    scale.copy_(w.scale)
+    with pytest.raises(ValueError, match=r"qwen38\.nvfp4_linear: w_scale must be 4-byte aligned"):
+        OPS.nvfp4_linear(x, w.packed, scale, w.global_scale)
+
+
+@pytest.mark.gpu
 def test_bias_and_leading_dims():
     w = _weight(96, 512, "cuda", seed=8)
     x = qt.randn_nonzero(2, 3, 512, device="cuda", seed=9)
