@@ -142,24 +142,26 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
   constexpr int kThreads = 32 * KSPLIT;
   const int depth = p.depth;
   uint4* __restrict__ ring = ring_mem + threadIdx.x;
+  // Chunk (j, i) of step s of task tk: w[tk * 32 + 8j + g][group q_begin + s G + i], or null (zeros)
+  // past V or K and for groups past this warp's range (their mmas are skipped anyway).
+  auto chunk = [&](int64_t tk, int64_t s, int j, int i) -> const T* {
+    const int64_t col = tk * kHeadCols + 8 * j + g;
+    const int64_t q = q_begin + s * G + i;
+    const int64_t kk = q * kHeadGroupK + 8 * t;
+    return col < p.v && q < q_end && kk < p.k ? w + col * p.k + kk : nullptr;
+  };
   // The next step to copy, in the order the loop consumes them: (task, s) for s < nsteps, then the
-  // block's next task. Chunk (j, i) of step s of a task: w[task * 32 + 8j + g][group q_begin + s G
-  // + i], zeros past V or K and for groups past this warp's range (their mmas are skipped anyway).
+  // block's next task.
   int64_t c_task = nsteps > 0 ? int64_t(blockIdx.x) : ntasks, c_step = 0;
   auto copy_next = [&](int slot) {
     if (c_task < ntasks) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int64_t col = c_task * kHeadCols + 8 * j + g;
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int i = 0; i < G; ++i) {
-          const int64_t q = q_begin + c_step * G + i;
-          const int64_t kk = q * kHeadGroupK + 8 * t;
-          const bool ok = col < p.v && q < q_end && kk < p.k;
-          cp_async16_span<256>(ring + ((slot * NT + j) * G + i) * kThreads, ok ? w + col * p.k + kk : w,
-                               ok ? 16 : 0);
+          const T* src = chunk(c_task, c_step, j, i);
+          cp_async16_span<256>(ring + ((slot * NT + j) * G + i) * kThreads, src ? src : w, src ? 16 : 0);
         }
-      }
       if (++c_step == nsteps) {
         c_step = 0;
         c_task += gridDim.x;
@@ -173,19 +175,15 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
   pdl_wait();
   pdl_allow();
 
-  // The register prefetch (MT 2): the weights of step s of a task, same chunks and zeros.
+  // The register prefetch (MT 2): the same chunks of step s of task tk.
   auto load_w = [&](int64_t tk, int64_t s, uint4 (&buf)[NT][G]) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int64_t col = tk * kHeadCols + 8 * j + g;
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int i = 0; i < G; ++i) {
-        const int64_t q = q_begin + s * G + i;
-        const int64_t kk = q * kHeadGroupK + 8 * t;
-        buf[j][i] = make_uint4(0, 0, 0, 0);
-        if (col < p.v && q < q_end && kk < p.k) buf[j][i] = ld_weight16(w + col * p.k + kk);
+        const T* src = chunk(tk, s, j, i);
+        buf[j][i] = src ? ld_weight16(src) : make_uint4(0, 0, 0, 0);
       }
-    }
   };
   uint4 w_next[NT][G];
   int slot = 0;
