@@ -48,32 +48,30 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
   if (m <= 0 || v <= 0) return cudaSuccess;
   if (m > kHeadMaxRows) return cudaErrorInvalidValue;
   const HeadFn fn = head_fn(act, m, plan->ksplit, argmax);
-  int dev = 0, sms = 0, optin = 0, per_sm = 0;
-  cudaFuncAttributes attr{};
+  int dev = 0, sms = 0, per_sm = 0;
+  size_t room = 0;  // dynamic shared memory a block of fn may use (the attribute is raised to it)
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, fn);
+  if (err == cudaSuccess) err = dynamic_smem_room(fn, &room);
   if (err != cudaSuccess) return err;
-  // the deepest ring (4, 3, 2 steps) that fits a block next to the kernel's static shared memory
-  const size_t room = size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
-  // (QWEN38_HEAD_DEPTH=2..4 caps it, for A/B timing: the depth changes no bit). Default 2: with
-  // one step in flight two blocks fit an SM (16 warps), measured best at 16 rows and equal at 1.
-  // The 17..32-row kernel has no ring.
-  int cap = 2;
-  if (const char* e = std::getenv("QWEN38_HEAD_DEPTH"); e != nullptr && *e >= '2' && *e <= '4' && e[1] == '\0')
-    cap = *e - '0';
+  // 1..16 rows: the deepest ring (up to `cap` steps) that fits a block next to the kernel's static
+  // shared memory (QWEN38_HEAD_DEPTH=2..4 sets the cap, for A/B timing: the depth changes no bit).
+  // Default 2: with one step in flight two blocks fit an SM (16 warps), measured best at 16 rows
+  // and equal at 1. The 17..32-row kernel has no ring.
   plan->depth = 2;
-  for (int d = cap; d > 2; --d)
-    if (head_ring_bytes(d, plan->ksplit) <= room) {
-      plan->depth = d;
-      break;
-    }
-  plan->smem = m <= 16 ? head_ring_bytes(plan->depth, plan->ksplit) : 0;
-  if (plan->smem > room) return cudaErrorInvalidValue;
-  if (plan->smem > 0 && size_t(attr.maxDynamicSharedSizeBytes) < plan->smem)
-    if ((err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan->smem))))
-      return err;
+  plan->smem = 0;
+  if (m <= 16) {
+    int cap = 2;
+    if (const char* e = std::getenv("QWEN38_HEAD_DEPTH"); e != nullptr && *e >= '2' && *e <= '4' && e[1] == '\0')
+      cap = *e - '0';
+    for (int d = cap; d > 2; --d)
+      if (head_ring_bytes(d, plan->ksplit) <= room) {
+        plan->depth = d;
+        break;
+      }
+    plan->smem = head_ring_bytes(plan->depth, plan->ksplit);
+    if (plan->smem > room) return cudaErrorInvalidValue;
+  }
   if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * plan->ksplit, plan->smem))) return err;
   const int64_t tasks = (v + kHeadCols - 1) / kHeadCols;
   const int64_t resident = int64_t(sms) * (per_sm > 0 ? per_sm : 1);

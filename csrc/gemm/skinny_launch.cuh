@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "common/launch.cuh"
@@ -17,29 +16,6 @@
 
 namespace qwen38::gemm {
 
-// Largest dynamic shared memory a block of kernel K may use on the current device (the opt-in
-// limit less K's static shared memory); the attribute is raised to it once per device.
-template <class K>
-cudaError_t dynamic_smem_limit(size_t* limit) {
-  static std::atomic<uint64_t> raised{0};
-  static size_t cached[64] = {};
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev)) return e;
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(raised.load(std::memory_order_acquire) & bit)) {
-    int optin = 0;
-    cudaFuncAttributes a{};
-    if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
-    if (cudaError_t e = cudaFuncGetAttributes(&a, K::fn)) return e;
-    const size_t lim = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
-    if (cudaError_t e = cudaFuncSetAttribute(K::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lim))) return e;
-    cached[dev & 63] = lim;
-    raised.fetch_or(bit, std::memory_order_release);
-  }
-  *limit = cached[dev & 63];
-  return cudaSuccess;
-}
-
 // One instantiation: K::prepare(p, limit) settles the launch details that change no bit (the
 // NVFP4 ring depth) and returns the dynamic shared memory the launch needs.
 template <template <typename, int, int, int> class KernelOf, typename T, int MT, int KS, int NT, typename P>
@@ -47,7 +23,7 @@ cudaError_t launch_skinny_one(P p, bool pdl, cudaStream_t stream) {
   using K = KernelOf<T, MT, KS, NT>;
   size_t limit = 48 * 1024;
   if (K::kDynamicSmem)
-    if (cudaError_t e = dynamic_smem_limit<K>(&limit)) return e;
+    if (cudaError_t e = dynamic_smem_room(K::fn, &limit)) return e;
   const size_t smem = K::prepare(p, limit);
   if (smem > limit) return cudaErrorInvalidValue;
   const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)));
