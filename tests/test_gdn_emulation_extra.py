@@ -1,7 +1,10 @@
 """Further host-emulation cases of the GDN kernel (tests/native/gdn_host_emulation.cpp runs the CUDA
 source on the CPU): multi-round staging, long chains and commits, deep tree paths, long folded
 commits, the non-16-byte staging path, fp16, int64 indices, random trees. Bit-exact vs the reference."""
-import subprocess, sys, pathlib
+import pathlib
+import random
+import subprocess
+import sys
 import pytest, torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import test_gdn as tg  # noqa: E402
@@ -104,6 +107,24 @@ def test_tree_rebuild_paths(emu, tmp_path):
     _check_emulated(got, (o_ref, pool), pool, "tree rebuild paths")
 
 
+def _check_commit_in_verify(emu, tmp_path, commit, verify, pool, slots, what, **kw):
+    """The verify with the pending commit folded in (emulated) against the reference's commit, then
+    verify. commit = (k, v, g, beta, accepted, parents or None); verify = (q, k, v, g, beta,
+    parents or None (a chain), lengths)."""
+    ck, cv_, cg, cbeta, c_acc, c_par = commit
+    q, k, v, g, beta, v_par, lengths = verify
+    p_ref = pool.clone()
+    ref.gdn_commit(ck, cv_, cg, cbeta, p_ref, slots, c_acc, c_par)
+    if v_par is not None:
+        want = ref.gdn_tree_verify(q, k, v, g, beta, p_ref, slots, v_par, lengths)
+    else:
+        want = ref.gdn_chain_verify(q, k, v, g, beta, p_ref, slots, lengths)
+    got = _emulate(emu, tmp_path, "tree" if v_par is not None else "chain", q=q, k=k, v=v, g=g, beta=beta,
+                   pool=pool.clone(), slots=slots, parents=v_par, lengths=lengths, c_k=ck, c_v=cv_, c_g=cg,
+                   c_beta=cbeta, c_accepted=c_acc, c_parents=c_par, **kw)
+    _check_emulated(got, (want, p_ref), pool, what)
+
+
 @pytest.mark.parametrize("v_tree", [False, True])
 @pytest.mark.parametrize("c_tree", [False, True])
 def test_civ_long(emu, tmp_path, c_tree, v_tree):
@@ -115,16 +136,9 @@ def test_civ_long(emu, tmp_path, c_tree, v_tree):
     c_acc = _i([35, min(50, tc - 1)]) if c_tree else _i([37, 12])
     slots = _i([1, 2])
     lengths = _i([t, t - 3])
-    p_ref = pool.clone()
-    ref.gdn_commit(ck, cv_, cg, cbeta, p_ref, slots, c_acc, c_par if c_tree else None)
-    if v_tree:
-        want = ref.gdn_tree_verify(q, k, v, g, beta, p_ref, slots, v_par, lengths)
-    else:
-        want = ref.gdn_chain_verify(q, k, v, g, beta, p_ref, slots, lengths)
-    got = _emulate(emu, tmp_path, "tree" if v_tree else "chain", q=q, k=k, v=v, g=g, beta=beta,
-                   pool=pool.clone(), slots=slots, parents=v_par if v_tree else None, lengths=lengths,
-                   c_k=ck, c_v=cv_, c_g=cg, c_beta=cbeta, c_accepted=c_acc, c_parents=c_par if c_tree else None)
-    _check_emulated(got, (want, p_ref), pool, f"civ long c_tree {c_tree} v_tree {v_tree}")
+    _check_commit_in_verify(emu, tmp_path, (ck, cv_, cg, cbeta, c_acc, c_par if c_tree else None),
+                            (q, k, v, g, beta, v_par if v_tree else None, lengths), pool, slots,
+                            f"civ long c_tree {c_tree} v_tree {v_tree}")
 
 
 def test_step_batch(emu, tmp_path):
@@ -141,8 +155,6 @@ def test_step_batch(emu, tmp_path):
     tg.qt.assert_bitwise_equal(got[0][:6][:, hs], o_ref[:, hs], "step outputs")
     tg.qt.assert_bitwise_equal(got[1][:, hs][[4, 1, 9, 0, 3]], p_ref[:, hs][[4, 1, 9, 0, 3]], "step states")
 
-
-import random
 
 
 def _rand_tree(rng, n):
@@ -172,17 +184,9 @@ def test_random_rounds(emu, tmp_path, seed):
     c_acc = _i([rng.randint(-1, tc - 1), rng.randint(-1, tc - 1)]) if c_tree else _i([rng.randint(0, tc), rng.randint(0, tc)])
     slots = _i(rng.sample(range(4), 2))
     lengths = _i([rng.randint(0, t), t])
-    p_ref = pool.clone()
-    ref.gdn_commit(ck, cv_, cg, cbeta, p_ref, slots, c_acc, c_par if c_tree else None)
-    if v_tree:
-        want = ref.gdn_tree_verify(q, k, v, g, beta, p_ref, slots, v_par, lengths)
-    else:
-        want = ref.gdn_chain_verify(q, k, v, g, beta, p_ref, slots, lengths)
-    got = _emulate(emu, tmp_path / "civ", "tree" if v_tree else "chain", q=q, k=k, v=v, g=g, beta=beta,
-                   pool=pool.clone(), slots=slots, parents=v_par if v_tree else None, lengths=lengths,
-                   c_k=ck, c_v=cv_, c_g=cg, c_beta=cbeta, c_accepted=c_acc, c_parents=c_par if c_tree else None,
-                   idx64=idx64, vec16=vec16)
-    _check_emulated(got, (want, p_ref), pool, f"random civ seed {seed}")
+    _check_commit_in_verify(emu, tmp_path / "civ", (ck, cv_, cg, cbeta, c_acc, c_par if c_tree else None),
+                            (q, k, v, g, beta, v_par if v_tree else None, lengths), pool, slots,
+                            f"random civ seed {seed}", idx64=idx64, vec16=vec16)
     # the same verify without the pending commit, and a commit of it
     want = (ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, v_par, lengths) if v_tree
             else ref.gdn_chain_verify(q, k, v, g, beta, pool, slots, lengths))
