@@ -2,7 +2,7 @@
 
     ncu --kernel-name regex:skinny --launch-skip 2 --launch-count 1 python3 scripts/profile_kernels.py nvfp4 1
 
-Cases: nvfp4 M [N K], fp8 M [N K], head M, step B, chain T, tree N. Random data of the real shapes
+Cases: nvfp4 M [N K], fp8 M [N K], head M, step B, chain T, tree N, rms M [H], add M [H], gated M. Random data of the real shapes
 (weights are random bytes: their values do not change the work a kernel does).
 """
 from __future__ import annotations
@@ -34,19 +34,30 @@ def random_fp8(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return w, torch.rand((n + 127) // 128, (k + 127) // 128, device=DEV) + 0.5
 
 
-def case(name: str, a: int, n: int = 34816, k: int = 5120):
+def case(name: str, a: int, n: int | None = None, k: int = 5120):
     if name == "nvfp4":
-        w, s, gs = random_nvfp4(n, k)
+        w, s, gs = random_nvfp4(n or 34816, k)
         x = _x(a, k)
         return lambda: OPS.nvfp4_linear(x, w, s, gs, None, None)
     if name == "fp8":
-        w, s = random_fp8(n, k)
+        w, s = random_fp8(n or 34816, k)
         x = _x(a, k)
         return lambda: OPS.fp8_block_linear(x, w, s, None, None)
     if name == "head":
         w = torch.randn(248320, 5120, device=DEV, dtype=torch.bfloat16)
         x = _x(a, 5120)
         return lambda: OPS.head_logits(x, w)
+    if name in ("rms", "add", "gated"):
+        h = 128 if name == "gated" else n or 5120
+        lead = (a, 48) if name == "gated" else (a,)
+        x = torch.randn(*lead, h, device=DEV, dtype=torch.bfloat16)
+        r = torch.randn_like(x)
+        w = torch.randn(h, device=DEV, dtype=torch.bfloat16)
+        if name == "rms":
+            return lambda: OPS.rms_norm(x, w, 1e-6, True)
+        if name == "add":
+            return lambda: OPS.add_rms_norm(x, r, w, 1e-6, True)
+        return lambda: OPS.rms_norm_gated(x, r, w, 1e-6)
     bf = torch.bfloat16
     t = 1 if name == "step" else a
     b = a if name == "step" else 1
