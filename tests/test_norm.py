@@ -11,6 +11,10 @@ of the same data may take the 16-byte one: the bits must agree), and a storage o
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -661,3 +665,14 @@ def test_rows_longer_than_the_kernel_takes_are_rejected(op):
     args = _base_args(op, "cuda", m=2, h=16392)
     with pytest.raises(ValueError, match=rf"qwen38\.{op}: the CUDA kernel takes rows of at most 16384"):
         _call(op, args)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_streaming_lab_compiles(tmp_path):
+    """benchmarks/lab/norm_stream_lab.cu (the A/B lab that chose the streaming shapes) still compiles
+    against the kernel header, every variant it times included: it cannot drift from the kernel."""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(["nvcc", "-std=c++17", "-O1", "-arch=sm_90a", "--expt-relaxed-constexpr", "-c",
+                        "-I", str(root / "csrc"), str(root / "benchmarks" / "lab" / "norm_stream_lab.cu"),
+                        "-o", str(tmp_path / "lab.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -328,42 +328,89 @@ norm_kernel(const Params p, const int lanes, const int segments, const int warps
 }
 
 
-// ---- The streaming shape (v5): many rows, 16-byte-aligned rows ----
+// ---- The streaming shape (v6): many rows, 16-byte-aligned rows ----
 // A persistent grid (as many blocks as fit on the device at once) whose row groups walk the rows
-// with a grid stride, so no block is launched per row and a warp starts its next row's loads right
-// after its stores. Same lane -> group mapping, same segment sums, same row sum, same finish as
-// norm_kernel (the helpers above), hence the same bits; only L (lanes per segment) and SPW are
-// compile-time here, which turns every in-row offset into an immediate:
+// with a grid stride, so no block is launched per row. Same lane -> group mapping, same segment
+// sums, same row sum, same finish as norm_kernel (the helpers above), hence the same bits; only L
+// (lanes per segment) and SPW are compile-time here, which turns every in-row offset into an
+// immediate:
 //   L = 32 (H > 256): SPW = 10 for rms_norm (H = 5120: one warp per row, 20 groups = 80 registers
 //     of x per lane, no barrier), 5 for the two-input kinds (two warps per row meeting in shared
 //     memory, double-buffered so one barrier per row); a block of 4 rows (one warp each) or of one
 //     row (several warps);
 //   L = 8, 16 (H = 65..256: one segment, 32 / L rows per warp): the lane's two weight groups are
-//     loaded once; the loads of the next row are issued before this row's shuffles and stores
-//     (software pipelining: two rows in flight per lane).
-// Activations are loaded with ld.global.cg (L2 only: they are read once, and L1 keeps the weights).
+//     loaded once.
+// The next rows' loads overlap this row's work: rolling loads (a group's registers take the next
+// row's group once this row is done with them, so the next row streams in during this row's stores)
+// or a ring of rows (the loads of a later row issued before this row's shuffles and stores);
+// stream_depth / stream_roll below pick one per shape. Activations are loaded and stored with
+// evict-first hints (ld.global.cs / st.global.cs: read or written once; L1 keeps the weights).
+// Measured shape by shape with benchmarks/lab/norm_stream_lab.cu (NOTES.md, "norm v6").
 constexpr int64_t kStreamMinElems = int64_t(1) << 20;  // rows * H from which the host takes it
-constexpr int kStreamThreads = 256;                    // launch bound
-constexpr int kStreamSmallBlock = 256;                 // threads per block for L < 32
+constexpr int kStreamThreads = 512;                    // the largest block (L = 8)
 constexpr int kStreamRowsPerBlock32 = 4;               // rows per block for L = 32, one warp per row
 constexpr int kStreamSpwRms = 10, kStreamSpwTwo = 5;   // segments per warp for L = 32
 
+constexpr int kStreamDepthShort = 2;                   // rows in flight per lane for L < 32
+
 template <Kind KIND>
 constexpr int stream_spw() { return KIND == Kind::kRms ? kStreamSpwRms : kStreamSpwTwo; }
+// How later rows' loads overlap a row's work (see norm_stream_kernel): rolling loads for rows of
+// 16 or 32 lanes per segment, a ring of two rows for 8 lanes (each measured best for its shape on
+// the H200 with benchmarks/lab/norm_stream_lab.cu: NOTES.md, "norm v6"). add_rms_norm with 32 lanes
+// loads each row at the top of its iteration: rolling measured only ~1% faster there, and its
+// fp16 variant spills 8 bytes on sm_121a at the 128-register bound.
+template <Kind KIND, int L>
+constexpr int stream_depth() { return L == 8 ? kStreamDepthShort : 1; }
+template <Kind KIND, int L>
+constexpr bool stream_roll() { return L == 16 || (L == kLanes && KIND != Kind::kAddRms); }
+// Cache hints: evict-first loads and stores (lab, H200: rms_norm 5120 with rolling loads 77% -> 83%
+// of the read ceiling, add_rms_norm 84% -> 87%; either hint alone gains nothing).
+template <Kind KIND>
+constexpr int stream_hint() { return 3; }
+// Block size and launch bounds (threads, blocks per SM) of the streaming shape. Rows of 8 lanes per
+// segment (the gated norm's 128 elements) stream best with 16 warps per SM (lab, 256-thread blocks
+// capped at 2 per SM: 88-90% of the read ceiling, against 86% with the 3 that fit and 71-73% with 1).
+// That is one 512-thread block per SM, which also leaves no room for the next kernel's blocks before
+// this grid ends: capped 256-thread blocks let a programmatic dependent launch place the next grid's
+// blocks in the free slot and unevenly (measured: 103 us with PDL against 76 us without).
+template <int L>
+constexpr int stream_block_threads() { return L == 8 ? 512 : 256; }
+template <int L>
+constexpr int stream_min_blocks() { return L == 8 ? 1 : L == 16 ? 3 : 2; }
 
 // Threads per block of the streaming shape for L lanes per segment and `warps_per_row` warps.
 inline int stream_threads(int lanes, int warps_per_row) {
-  if (lanes < kLanes) return kStreamSmallBlock;
+  if (lanes == 8) return stream_block_threads<8>();
+  if (lanes < kLanes) return stream_block_threads<16>();
   return warps_per_row == 1 ? kStreamRowsPerBlock32 * kLanes : warps_per_row * kLanes;
 }
 
-// 16 bytes through L2 only (ld.global.cg), or zeros when !here.
-template <typename T>
+// Cache hints of the streaming shape's activation traffic (the lab's knob; the landed kernels take
+// stream_hint() above): bit 0: loads ld.global.cs (evict first) instead of ld.global.cg;
+// bit 1: stores st.global.cs; bit 2: loads ld.global.lu (last use); bit 3: with rolling loads, a
+// group's next-row load issued before its store.
+constexpr int kHintNone = 0;
+
+// 16 bytes of activations (ld.global.cg: L2 only, or the hint's form), or zeros when !here.
+template <typename T, int HINT = kHintNone>
 __device__ __forceinline__ Group<T> load_stream(const T* __restrict__ p, bool here) {
   static_assert(sizeof(Group<T>) == 16, "16-bit activations");
   uint4 u = make_uint4(0u, 0u, 0u, 0u);
-  if (here) u = __ldcg(reinterpret_cast<const uint4*>(p));
+  if (here) {
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+    if constexpr (HINT & 4) u = __ldlu(q);
+    else if constexpr (HINT & 1) u = __ldcs(q);
+    else u = __ldcg(q);
+  }
   return *reinterpret_cast<const Group<T>*>(&u);
+}
+
+template <typename T, int HINT = kHintNone>
+__device__ __forceinline__ void store_stream(T* __restrict__ p, const Group<T>& g) {
+  static_assert(sizeof(Group<T>) == 16, "16-bit activations");
+  if constexpr (HINT & 2) __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&g));
+  else *reinterpret_cast<Group<T>*>(p) = g;
 }
 
 // The same bits through an opaque register move: pass 2 then converts the packed 16-bit values
@@ -393,10 +440,11 @@ struct LaneRow {
   Group<T> g[KIND == Kind::kGated ? SPW : 1][2];
 };
 
-template <typename T, typename W, Kind KIND, int L, int SPW, bool PIPE>
-__global__ void __launch_bounds__(kStreamThreads, L == kLanes ? 2 : 3)
+template <typename T, typename W, Kind KIND, int L, int SPW, int DEPTH, bool ROLL, int HINT = kHintNone>
+__global__ void __launch_bounds__(stream_block_threads<L>(), stream_min_blocks<L>())
 norm_stream_kernel(const Params p, const int segments, const int warps_per_row) {
   static_assert(L == kLanes || SPW == 1, "a row of more than one segment has 32 lanes per segment");
+  static_assert(DEPTH >= 1 && (!ROLL || DEPTH == 1), "rolling loads keep one row of registers");
   __shared__ float seg_sums[2][kLanes];  // the block's row, when several warps share it
 
   const int tpr = L * warps_per_row;
@@ -433,26 +481,50 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
   // arithmetic without branches: its squares add +0 to a partial that is never -0, which leaves the
   // partial's bits unchanged (NaN stays NaN), so the sums are those of the skipping kernel. Stores
   // of such groups are skipped.
+  struct RowPtrs {
+    const T* __restrict__ x;
+    const T* __restrict__ res;
+    const T* __restrict__ gate;
+    bool active;
+  };
+  auto row_ptrs = [&](int64_t row) {
+    RowPtrs r;
+    r.active = row < p.rows;
+    r.x = opaque(x0 + (row * p.x_stride + base));
+    r.res = KIND == Kind::kAddRms ? opaque(res0 + (row * p.res_stride + base)) : nullptr;
+    r.gate = KIND == Kind::kGated ? opaque(gate0 + (row * p.gate_stride + base)) : nullptr;
+    return r;
+  };
+  auto here = [&](const RowPtrs& r, int k) { return r.active && base + k < hidden; };
   auto load_row = [&](LaneRow<T, KIND, SPW>& d, int64_t row) {
-    const bool active = row < p.rows;
-    const T* __restrict__ x = opaque(x0 + (row * p.x_stride + base));
-    const T* __restrict__ res = KIND == Kind::kAddRms ? opaque(res0 + (row * p.res_stride + base)) : nullptr;
-    const T* __restrict__ gate = KIND == Kind::kGated ? opaque(gate0 + (row * p.gate_stride + base)) : nullptr;
+    const RowPtrs r = row_ptrs(row);
 #pragma unroll
     for (int i = 0; i < SPW; ++i) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int k = (2 * i + c) * kStep;
-        const bool here = active && base + k < hidden;
-        d.v[i][c] = load_stream<T>(x + k, here);
-        if constexpr (KIND == Kind::kAddRms) d.r[i][c] = load_stream<T>(res + k, here);
-        if constexpr (KIND == Kind::kGated) d.g[i][c] = load_stream<T>(gate + k, here);
+        d.v[i][c] = load_stream<T, HINT>(r.x + k, here(r, k));
+        if constexpr (KIND == Kind::kAddRms) d.r[i][c] = load_stream<T, HINT>(r.res + k, here(r, k));
+        if constexpr (KIND == Kind::kGated) d.g[i][c] = load_stream<T, HINT>(r.gate + k, here(r, k));
       }
     }
   };
 
-  LaneRow<T, KIND, SPW> cur;
-  load_row(cur, first + row_in_block);
+  // The loads of later rows overlap this row's work in one of two ways:
+  //   DEPTH > 1 (short rows, few registers per row): a ring of DEPTH rows, the row DEPTH - 1 strides
+  //     ahead loaded at the top of each iteration (DEPTH rows in flight per lane);
+  //   ROLL (long rows, one row of registers): each group's registers take the next row's group as
+  //     soon as this row is done with them (the residual after the residual add, x and the gate
+  //     after the group's output), so the next row's loads go out during this row's stores.
+  // DEPTH = 1 without ROLL loads each row at the top of its iteration (no overlap).
+  constexpr int kAhead = DEPTH - 1;
+  LaneRow<T, KIND, SPW> q[DEPTH];
+  if constexpr (ROLL) {
+    load_row(q[0], first + row_in_block);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) load_row(q[j], first + j * stride + row_in_block);
+  }
   int parity = 0;
 #pragma unroll 1
   for (;;) {
@@ -460,10 +532,10 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
     const bool active = row < p.rows;
     const int64_t next = first + stride;
     const bool more = next < p.rows;  // block-uniform: every thread of the block loops alike
-    LaneRow<T, KIND, SPW> nxt;
-    if constexpr (PIPE) {
-      if (more) load_row(nxt, next + row_in_block);
-    }
+    if constexpr (!ROLL) load_row(q[kAhead], first + kAhead * stride + row_in_block);
+    LaneRow<T, KIND, SPW>& cur = q[0];
+    RowPtrs nx{};  // ROLL: the next row (a row past the last when there is none: loads nothing)
+    if constexpr (ROLL) nx = row_ptrs(more ? next + row_in_block : p.rows);
 
     // ---- squares per lane, segment sums (residual add first) ----
     float seg[SPW];
@@ -476,7 +548,8 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
         const int k = (2 * i + c) * kStep;
         if constexpr (KIND == Kind::kAddRms) {
           add_residual<T, true>(cur.v[i][c], cur.r[i][c]);
-          if (active && base + k < hidden) store_group<T, true>(res_out + k, kGroup, cur.v[i][c]);
+          if (active && base + k < hidden) store_stream<T, HINT>(res_out + k, cur.v[i][c]);
+          if constexpr (ROLL) cur.r[i][c] = load_stream<T, HINT>(nx.res + k, here(nx, k));
         }
         add_squares<T, true>(part, cur.v[i][c]);
       }
@@ -504,7 +577,7 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
     }
 
     // ---- normalise and store ----
-    if (active) {
+    if (active || ROLL) {
       const float r = inv_rms(ss, p.hidden, p.eps);
       T* __restrict__ y = opaque(y0 + (row * hidden + base));
       // The weights' address is opaque too: their loads are loop-invariant, and hoisted out of the
@@ -519,13 +592,21 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int k = (2 * i + c) * kStep;
-            if (base + k >= hidden) continue;
-            Group<W> ww;
-            if constexpr (L < kLanes) ww = wk[c];
-            else ww = load_group<W, true, true>(wrow + k, kGroup);
-            store_group<T, true>(y + k, kGroup,
-                                 finish_group<T, W, KIND, kZc, true>(p.zero_centered, r, launder<T>(cur.v[i][c]),
-                                                               ww, cur.g[i][c]));
+            const bool store = active && base + k < hidden;
+            Group<T> out;
+            if (store) {
+              Group<W> ww;
+              if constexpr (L < kLanes) ww = wk[c];
+              else ww = load_group<W, true, true>(wrow + k, kGroup);
+              out = finish_group<T, W, KIND, kZc, true>(p.zero_centered, r, launder<T>(cur.v[i][c]), ww, cur.g[i][c]);
+            }
+            auto roll = [&] {
+              cur.v[i][c] = load_stream<T, HINT>(nx.x + k, here(nx, k));
+              if constexpr (KIND == Kind::kGated) cur.g[i][c] = load_stream<T, HINT>(nx.gate + k, here(nx, k));
+            };
+            if constexpr (ROLL && (HINT & 8)) roll();
+            if (store) store_stream<T, HINT>(y + k, out);
+            if constexpr (ROLL && !(HINT & 8)) roll();
           }
         }
       };
@@ -535,8 +616,10 @@ norm_stream_kernel(const Params p, const int segments, const int warps_per_row) 
 
     if (!more) break;
     first = next;
-    if constexpr (PIPE) cur = nxt;
-    else load_row(cur, first + row_in_block);
+    if constexpr (!ROLL) {
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) q[j] = q[j + 1];
+    }
   }
 }
 

@@ -1,0 +1,277 @@
+// A/B lab for the norm streaming kernel (csrc/norm/norm_kernel.cuh): times compile-time variants
+// of norm_stream_kernel (segments per warp, rows in flight, rolling loads, cache hints, blocks per
+// SM) on the benchmark's many-row shapes, bf16, without rebuilding the extension, and checks that
+// every variant writes the same bits as the first one of its case. A development tool: the landed
+// choice lives in stream_spw / stream_depth / stream_roll / stream_hint / stream_block_threads, and
+// benchmarks/bench_norm.py is the measurement of record. Also times a 16-byte copy: the read+write
+// bandwidth a 1:1 stream (rms_norm, add_rms_norm) can reach, next to the read ceiling.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I csrc \
+//        benchmarks/lab/norm_stream_lab.cu -o /tmp/norm_lab && /tmp/norm_lab [rows]
+//
+// Method as bench_norm: a CUDA graph of launches rotating over argument copies whose total exceeds
+// 3x L2 (cold reads), median of replays; the streaming-read ceiling measured in the same process.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "norm/norm_kernel.cuh"
+
+using namespace qwen38::norm;
+using bf16 = __nv_bfloat16;
+
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+__global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+    // a bf16 in [-2, 2): sign, exponent 126..127, random mantissa
+    p[i] = uint16_t((h & 0x8000u) | ((126u + ((h >> 7) & 1u)) << 7) | (h & 0x7fu));
+  }
+}
+
+__global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 u = __ldcg(p + i);
+    acc ^= u.x ^ u.y ^ u.z ^ u.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// A copy at the same granularity (16 bytes a thread and step): what a 1:1 read/write stream reaches.
+template <int HINT>
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 u = HINT & 1 ? __ldcs(src + i) : __ldcg(src + i);
+    if (HINT & 2) __stcs(dst + i, u);
+    else dst[i] = u;
+  }
+}
+
+void* dalloc(size_t bytes, uint32_t seed) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, bytes));
+  fill_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), bytes / 2, seed);
+  CK(cudaGetLastError());
+  return p;
+}
+
+template <typename F>
+float time_graph(int calls, F&& launch_i) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) launch_i(i, s);
+  CK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaGraphLaunch(ge, s));  // warm-up
+  std::vector<float> t;
+  for (int r = 0; r < 7; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.f / calls);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaStreamDestroy(s));
+  return t[t.size() / 2];
+}
+
+struct Case {
+  const char* name;
+  Kind kind;
+  int64_t rows, hidden, x_stride;
+  int copies;
+  std::vector<void*> x, res, gate, y, res_out;
+  void* weight = nullptr;
+  double bytes() const {
+    const double act = double(rows) * hidden * 2;
+    const int ins = kind == Kind::kRms ? 1 : 2, outs = kind == Kind::kAddRms ? 2 : 1;
+    return act * (ins + outs) + hidden * 2;
+  }
+  Params params(int i) const {
+    Params p;
+    p.x = x[i];
+    p.residual = kind == Kind::kAddRms ? res[i] : nullptr;
+    p.gate = kind == Kind::kGated ? gate[i] : nullptr;
+    p.weight = weight;
+    p.y = y[i];
+    p.residual_out = kind == Kind::kAddRms ? res_out[i] : nullptr;
+    p.rows = rows;
+    p.hidden = hidden;
+    p.x_stride = x_stride;
+    p.res_stride = hidden;
+    p.gate_stride = hidden;
+    p.eps = 1e-6f;
+    p.zero_centered = kind == Kind::kRms;
+    return p;
+  }
+};
+
+Case make_case(const char* name, Kind kind, int64_t rows, int64_t hidden, int64_t x_stride, size_t l2) {
+  Case c{name, kind, rows, hidden, x_stride, 0, {}, {}, {}, {}, {}};
+  const size_t per = size_t(rows) * hidden * 2;
+  const size_t per_copy = per * (kind == Kind::kRms ? 2 : kind == Kind::kAddRms ? 4 : 3) +
+                          size_t(rows) * (x_stride - hidden) * 2;
+  c.copies = int(std::max<size_t>(2, (3 * l2 + per_copy - 1) / per_copy));
+  for (int i = 0; i < c.copies; ++i) {
+    c.x.push_back(dalloc(size_t(rows) * x_stride * 2, 11 + i));
+    if (kind == Kind::kAddRms) c.res.push_back(dalloc(per, 101 + i));
+    if (kind == Kind::kGated) c.gate.push_back(dalloc(per, 201 + i));
+    c.y.push_back(dalloc(per, 0));
+    if (kind == Kind::kAddRms) c.res_out.push_back(dalloc(per, 0));
+  }
+  c.weight = dalloc(size_t(hidden) * 2, 7);
+  CK(cudaDeviceSynchronize());
+  return c;
+}
+
+template <Kind KIND, int L, int SPW, int DEPTH, bool ROLL, int HINT = kHintNone>
+void run_variant(const Case& c, const char* label, double ceiling, std::vector<uint8_t>& ref, int max_per_sm = 64) {
+  auto kernel = norm_stream_kernel<bf16, bf16, KIND, L, SPW, DEPTH, ROLL, HINT>;
+  int lanes = 0, segments = 0;
+  segments_of(c.hidden, &lanes, &segments);
+  if (lanes != L) {
+    std::printf("  %-34s skipped (the row has %d lanes per segment)\n", label, lanes);
+    return;
+  }
+  const int warps_per_row = (segments + SPW - 1) / SPW;
+  const int threads = stream_threads(L, warps_per_row);
+  const int64_t rows_per_block = threads / (L * warps_per_row);
+  int sms = 0, per_sm = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  cudaFuncAttributes fa{};
+  CK(cudaFuncGetAttributes(&fa, kernel));
+  const int64_t needed = (c.rows + rows_per_block - 1) / rows_per_block;
+  per_sm = std::min(per_sm, max_per_sm);
+  const int64_t grid = std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1));
+  auto launch = [&](int i, cudaStream_t s) {
+    kernel<<<unsigned(grid), threads, 0, s>>>(c.params(i % c.copies), segments, warps_per_row);
+  };
+  const int calls = std::max(4 * c.copies, 24);
+  const float us = time_graph(calls, launch);
+  CK(cudaGetLastError());
+  // bits of copy 0's outputs against the case's first variant
+  launch(0, 0);
+  CK(cudaDeviceSynchronize());
+  const size_t per = size_t(c.rows) * c.hidden * 2;
+  std::vector<uint8_t> out(per * (c.kind == Kind::kAddRms ? 2 : 1));
+  CK(cudaMemcpy(out.data(), c.y[0], per, cudaMemcpyDeviceToHost));
+  if (c.kind == Kind::kAddRms) CK(cudaMemcpy(out.data() + per, c.res_out[0], per, cudaMemcpyDeviceToHost));
+  const char* bits = "reference";
+  if (ref.empty()) ref = out;
+  else bits = ref == out ? "same bits" : "BITS DIFFER";
+  const double gbs = c.bytes() / (us * 1e3);
+  std::printf("  %-34s %8.2f us %7.0f GB/s %5.1f%%  regs %3d  %d blk/SM x %d thr  grid %lld  %s\n", label, us,
+              gbs, 100.0 * gbs / ceiling, fa.numRegs, per_sm, threads, (long long)grid, bits);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t m = argc > 1 ? std::atoll(argv[1]) : 8192;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t l2 = size_t(prop.l2CacheSize);
+  std::printf("device %s, %d SMs, L2 %zu MB, rows %lld\n", prop.name, prop.multiProcessorCount, l2 >> 20,
+              (long long)m);
+
+  // the streaming-read ceiling: 2 GiB read once per call, 16-byte loads
+  const size_t rb = size_t(2) << 30;
+  void* big = dalloc(rb, 3);
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&sink, 4));
+  const int rblocks = prop.multiProcessorCount * 8;
+  const float rus = time_graph(6, [&](int, cudaStream_t s) {
+    read_kernel<<<rblocks, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
+  });
+  const double ceiling = double(rb) / (rus * 1e3);
+  std::printf("read ceiling %.0f GB/s\n", ceiling);
+  {
+    const size_t half = rb / 2;
+    auto copy = [&](auto hint, const char* label) {
+      constexpr int kH = decltype(hint)::value;
+      const float us = time_graph(6, [&](int, cudaStream_t s) {
+        copy_kernel<kH><<<rblocks, 512, 0, s>>>(static_cast<const uint4*>(big),
+                                               reinterpret_cast<uint4*>(static_cast<char*>(big) + half), half / 16);
+      });
+      const double gbs = 2.0 * half / (us * 1e3);
+      std::printf("copy %-28s %7.0f GB/s read+write (%.1f%% of the read ceiling)\n", label, gbs, 100 * gbs / ceiling);
+    };
+    copy(std::integral_constant<int, 0>{}, "ld.cg / st");
+    copy(std::integral_constant<int, 3>{}, "ld.cs / st.cs");
+    copy(std::integral_constant<int, 2>{}, "ld.cg / st.cs");
+  }
+  CK(cudaFree(big));
+
+  // v5: the kernel before the lab; v6: the landed choice (stream_depth / stream_roll / stream_hint /
+  // stream_block_threads in norm_kernel.cuh); the rest: the alternatives it was chosen over.
+  {
+    Case c = make_case("rms_norm 5120", Kind::kRms, m, 5120, 5120, l2);
+    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)m, c.copies);
+    std::vector<uint8_t> ref;
+    run_variant<Kind::kRms, 32, 10, 1, false, 0>(c, "spw10 depth1 (v5)", ceiling, ref);
+    run_variant<Kind::kRms, 32, 10, 1, true, 3>(c, "spw10 roll .cs (v6)", ceiling, ref);
+    run_variant<Kind::kRms, 32, 10, 1, true, 0>(c, "spw10 roll", ceiling, ref);
+    run_variant<Kind::kRms, 32, 10, 1, true, 1>(c, "spw10 roll, loads .cs", ceiling, ref);
+    run_variant<Kind::kRms, 32, 10, 1, true, 2>(c, "spw10 roll, stores .cs", ceiling, ref);
+    run_variant<Kind::kRms, 32, 10, 1, true, 3>(c, "spw10 roll .cs, 3 blk/SM", ceiling, ref, 3);
+    run_variant<Kind::kRms, 32, 5, 1, true, 3>(c, "spw5 roll .cs (2 warps/row)", ceiling, ref);
+    run_variant<Kind::kRms, 32, 5, 2, false, 3>(c, "spw5 depth2 .cs (2 warps/row)", ceiling, ref);
+  }
+  {
+    Case c = make_case("add_rms_norm 5120", Kind::kAddRms, m, 5120, 5120, l2);
+    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)m, c.copies);
+    std::vector<uint8_t> ref;
+    run_variant<Kind::kAddRms, 32, 5, 1, false, 0>(c, "spw5 depth1 (v5)", ceiling, ref);
+    run_variant<Kind::kAddRms, 32, 5, 1, false, 3>(c, "spw5 depth1 .cs (v6)", ceiling, ref);
+    run_variant<Kind::kAddRms, 32, 5, 1, true, 0>(c, "spw5 roll", ceiling, ref);
+    run_variant<Kind::kAddRms, 32, 5, 1, true, 3>(c, "spw5 roll .cs", ceiling, ref);
+    run_variant<Kind::kAddRms, 32, 2, 1, true, 3>(c, "spw2 roll .cs (5 warps/row)", ceiling, ref);
+  }
+  {
+    Case c = make_case("rms_norm q slice 24x256 of 512", Kind::kRms, m * 24, 256, 512, l2);
+    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)c.rows, c.copies);
+    std::vector<uint8_t> ref;
+    run_variant<Kind::kRms, 16, 1, 2, false, 0>(c, "depth2 (v5)", ceiling, ref);
+    run_variant<Kind::kRms, 16, 1, 1, true, 3>(c, "roll .cs (v6)", ceiling, ref);
+    run_variant<Kind::kRms, 16, 1, 1, false, 0>(c, "depth1", ceiling, ref);
+    run_variant<Kind::kRms, 16, 1, 3, false, 3>(c, "depth3 .cs", ceiling, ref);
+    run_variant<Kind::kRms, 16, 1, 1, true, 3>(c, "roll .cs, 3 blk/SM", ceiling, ref, 3);
+  }
+  {
+    Case c = make_case("rms_norm_gated 48x128", Kind::kGated, m * 48, 128, 128, l2);
+    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)c.rows, c.copies);
+    std::vector<uint8_t> ref;
+    run_variant<Kind::kGated, 8, 1, 2, false, 0>(c, "depth2", ceiling, ref);
+    run_variant<Kind::kGated, 8, 1, 2, false, 3>(c, "depth2 .cs (v6)", ceiling, ref);
+    run_variant<Kind::kGated, 8, 1, 1, false, 3>(c, "depth1 .cs", ceiling, ref);
+    run_variant<Kind::kGated, 8, 1, 1, true, 3>(c, "roll .cs", ceiling, ref);
+  }
+  return 0;
+}
