@@ -147,6 +147,7 @@ Case make_case(const char* name, Kind kind, int64_t rows, int64_t hidden, int64_
   }
   c.weight = dalloc(size_t(hidden) * 2, 7);
   CK(cudaDeviceSynchronize());
+  std::printf("%s x %lld rows (%d copies)\n", name, (long long)rows, c.copies);
   return c;
 }
 
@@ -233,7 +234,6 @@ int main(int argc, char** argv) {
   // stream_block_threads in norm_kernel.cuh); the rest: the alternatives it was chosen over.
   {
     Case c = make_case("rms_norm 5120", Kind::kRms, m, 5120, 5120, l2);
-    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)m, c.copies);
     std::vector<uint8_t> ref;
     run_variant<Kind::kRms, 32, 10, 1, false, 0>(c, "spw10 depth1 (v5)", ceiling, ref);
     run_variant<Kind::kRms, 32, 10, 1, true, 3>(c, "spw10 roll .cs (v6)", ceiling, ref);
@@ -246,7 +246,6 @@ int main(int argc, char** argv) {
   }
   {
     Case c = make_case("add_rms_norm 5120", Kind::kAddRms, m, 5120, 5120, l2);
-    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)m, c.copies);
     std::vector<uint8_t> ref;
     run_variant<Kind::kAddRms, 32, 5, 1, false, 0>(c, "spw5 depth1 (v5)", ceiling, ref);
     run_variant<Kind::kAddRms, 32, 5, 1, false, 3>(c, "spw5 depth1 .cs (v6)", ceiling, ref);
@@ -256,7 +255,6 @@ int main(int argc, char** argv) {
   }
   {
     Case c = make_case("rms_norm q slice 24x256 of 512", Kind::kRms, m * 24, 256, 512, l2);
-    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)c.rows, c.copies);
     std::vector<uint8_t> ref;
     run_variant<Kind::kRms, 16, 1, 2, false, 0>(c, "depth2 (v5)", ceiling, ref);
     run_variant<Kind::kRms, 16, 1, 1, true, 3>(c, "roll .cs (v6)", ceiling, ref);
@@ -266,7 +264,6 @@ int main(int argc, char** argv) {
   }
   {
     Case c = make_case("rms_norm_gated 48x128", Kind::kGated, m * 48, 128, 128, l2);
-    std::printf("%s x %lld rows (%d copies)\n", c.name, (long long)c.rows, c.copies);
     std::vector<uint8_t> ref;
     run_variant<Kind::kGated, 8, 1, 2, false, 0>(c, "depth2", ceiling, ref);
     run_variant<Kind::kGated, 8, 1, 2, false, 3>(c, "depth2 .cs (v6)", ceiling, ref);
