@@ -5,10 +5,14 @@
 - QWEN38_STRICT_TABLES=1: a weight shape without a tile-table entry raises instead of warning.
 - QWEN38_POISON_OUTPUTS=1: every CUDA op output starts filled with NaN.
 - Tests marked `gpu` (and the "cuda" case of the `device` fixture) are skipped without CUDA.
+- `host_emulator`: builds a kernel's host emulation (tests/native/<name>.cpp) once per session.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,3 +52,39 @@ def pytest_collection_modifyitems(config, items):
 def pytest_report_header(config):
     dev = torch.cuda.get_device_name() if HAS_CUDA else "none"
     return f"qwen38: torch {torch.__version__}, CUDA device: {dev}, hypothesis profile: {HYPOTHESIS_PROFILE}"
+
+
+def _cuda_include() -> str | None:
+    """The CUDA toolkit's include directory (cuda_bf16.h for the host compiler), or None."""
+    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    cands.append("/usr/local/cuda")
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "include", "cuda_bf16.h")):
+            return os.path.join(c, "include")
+    return None
+
+
+@pytest.fixture(scope="session")
+def host_emulator(tmp_path_factory):
+    """``build(name)``: compiles tests/native/<name>.cpp (a kernel source run on the host) with g++
+    (IEEE float, no contraction) once per session and returns the executable; skips the test when
+    g++ or the CUDA headers are missing."""
+    root = Path(__file__).resolve().parent.parent
+    built: dict[str, Path] = {}
+
+    def build(name: str) -> Path:
+        if name not in built:
+            inc = _cuda_include()
+            if shutil.which("g++") is None or inc is None:
+                pytest.skip("needs g++ and the CUDA headers")
+            exe = tmp_path_factory.mktemp(name) / name
+            subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas",
+                            "-I", str(root / "csrc"), "-I", inc, str(root / "tests" / "native" / f"{name}.cpp"),
+                            "-o", str(exe)], check=True, capture_output=True)
+            built[name] = exe
+        return built[name]
+
+    return build

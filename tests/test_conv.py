@@ -255,3 +255,146 @@ def test_bad_input_names_the_argument_and_writes_nothing(device):
         with pytest.raises(ValueError, match=msg):
             fn(**kw)
         qt.assert_bitwise_equal(cs, before, f"state written by a failing call ({msg})")
+
+
+# ---- the kernel source on the host (CPU CI) ---------------------------------------------------------
+# tests/native/conv_host_emulation.cpp compiles csrc/conv/conv_kernel.cuh with the host compiler and
+# runs every thread of the launch's grid; it checks the kernel's indexing, windows, walks and guards
+# against the reference without a GPU (IEEE float without FMA, the host's exp).
+
+EMU_C = 300  # two blocks of 256 channels, the second partly past the last channel
+
+
+@pytest.fixture(scope="session")
+def conv_emulator(host_emulator):
+    return host_emulator("conv_host_emulation")
+
+
+def _emulate(exe, tmp_path, mode, x, cs, w=None, slots=None, lengths=None, parents=None, accepted=None):
+    """Run the kernel source on the host; returns (y or None, conv_state after)."""
+    import subprocess
+
+    import numpy as np
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    x = x.contiguous()
+    step = mode == "step"
+    b = x.shape[0]
+    t = 1 if step else x.shape[1]
+    c = x.shape[-1]
+    prm = dict(mode=mode, x_sb=t * c, x_st=0 if step else c, f16=int(x.dtype == torch.float16),
+               state_rows=cs.shape[0], weight_f32=int(w is not None and w.dtype == torch.float32),
+               slots64=int(slots.dtype == torch.int64), batch=b, tokens=t, channels=c,
+               has_lengths=int(lengths is not None), has_parents=int(parents is not None),
+               has_accepted=int(accepted is not None))
+
+    def put(name, tensor):
+        tensor = tensor.contiguous().cpu()
+        if tensor.dtype in (torch.bfloat16, torch.float16):
+            tensor = tensor.view(torch.int16)
+        tensor.numpy().tofile(tmp_path / f"{name}.bin")
+
+    put("x", x)
+    put("state", cs)
+    put("weight", w if w is not None else torch.zeros(c, 4, dtype=x.dtype))
+    put("slots", slots)
+    for name, ix in (("lengths", lengths), ("parents", parents), ("accepted", accepted)):
+        if ix is not None:
+            put(name, ix)
+            prm[f"{name}64"] = int(ix.dtype == torch.int64)
+    if parents is not None:
+        prm["parents_sb"] = parents.shape[1]
+    (tmp_path / "params.txt").write_text("".join(f"{k} {v}\n" for k, v in prm.items()))
+    subprocess.run([str(exe), str(tmp_path)], check=True, capture_output=True)
+
+    def get(name, shape):
+        return torch.from_numpy(np.fromfile(tmp_path / f"{name}.bin", dtype=np.int16)).view(x.dtype).view(shape)
+
+    y = None if mode == "commit" else get("y", (b, c) if step else (b, t, c))
+    return y, get("state_out", tuple(cs.shape))
+
+
+@pytest.mark.parametrize("dt,wdt", [(torch.bfloat16, None), (torch.bfloat16, torch.float32),
+                                    (torch.float16, None), (torch.float16, torch.float32)])
+@pytest.mark.parametrize("t", [16, 5])
+def test_host_emulation_chain_step_and_commit(conv_emulator, tmp_path, dt, wdt, t):
+    x, cs, w = _inputs(4, t, seed=41 + t, c=EMU_C, dt=dt, wdt=wdt, device="cpu")
+    slots = torch.tensor([4, -1, 1, 5], dtype=torch.int32)
+    lengths = torch.tensor([t, 2, 0, t - 1])
+    y, after = _emulate(conv_emulator, tmp_path / "chain", "chain", x, cs, w, slots, lengths)
+    qt.assert_bitwise_equal(y, ref.conv_chain(x, cs, w, slots, lengths), "emulated conv_chain output")
+    qt.assert_bitwise_equal(after, cs, "emulated conv_chain wrote the state")
+    y, after = _emulate(conv_emulator, tmp_path / "step", "step", x[:, 1], cs, w, slots)
+    want = cs.clone()
+    qt.assert_bitwise_equal(y, ref.conv_step(x[:, 1], want, w, slots), "emulated conv_step output")
+    qt.assert_bitwise_equal(after, want, "emulated conv_step state")
+    accepted = torch.tensor([t, 1, 0, 2])
+    _, after = _emulate(conv_emulator, tmp_path / "commit", "commit", x, cs, None, slots, accepted=accepted)
+    want = cs.clone()
+    ref.conv_commit(x, want, slots, accepted)
+    qt.assert_bitwise_equal(after, want, "emulated conv_commit (chain) state")
+
+
+@settings(deadline=None, max_examples=10)
+@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=3), data=st.data())
+def test_host_emulation_tree_and_commit_fuzz(conv_emulator, tmp_path_factory, trees, data):
+    batch, t = len(trees), max(len(p) for p in trees)
+    x, cs, w = _inputs(batch, t, seed=43 + t, c=EMU_C, device="cpu")
+    slot_list = data.draw(st.permutations(list(range(ROWS))))[:batch]
+    pad = data.draw(st.integers(0, batch - 1))
+    slot_list[pad] = -1 if data.draw(st.booleans()) else slot_list[pad]
+    slots = torch.tensor(slot_list)
+    parents = _pad_parents(trees, t).to(torch.int32 if data.draw(st.booleans()) else torch.int64)
+    lengths = torch.tensor([len(p) for p in trees])
+    tmp = tmp_path_factory.mktemp("tree")
+    y, after = _emulate(conv_emulator, tmp / "tree", "tree", x, cs, w, slots, lengths, parents)
+    qt.assert_bitwise_equal(y, ref.conv_tree(x, cs, w, slots, parents, lengths), f"emulated conv_tree (parents {trees})")
+    qt.assert_bitwise_equal(after, cs, "emulated conv_tree wrote the state")
+    accepted = torch.tensor([data.draw(st.integers(-1, len(p) - 1)) for p in trees])
+    _, after = _emulate(conv_emulator, tmp / "commit", "commit", x, cs, None, slots, accepted=accepted, parents=parents)
+    want = cs.clone()
+    ref.conv_commit(x, want, slots, accepted, parents)
+    qt.assert_bitwise_equal(after, want, f"emulated conv_commit (tree) state, accepted {accepted.tolist()}")
+
+
+def _walk_window(x_b, srow, par, i):
+    """The window (3 previous raw inputs, [C, 3]) the kernel gathers for node i, or None where its walk
+    meets a parent that is neither -1 nor an earlier node within 3 steps (the node's output is zeros)."""
+    cur, prev, st_i, cols = int(par[i]), i, 2, [None] * 3
+    for j in (2, 1, 0):
+        if cur >= 0:
+            if cur >= prev:
+                return None
+            cols[j], prev, cur = x_b[cur], cur, int(par[cur])
+        elif cur == -1:
+            cols[j], st_i = srow[:, st_i], st_i - 1
+        else:
+            return None
+    return torch.stack(cols, dim=1)
+
+
+def test_host_emulation_tree_guards_on_bad_parents(conv_emulator, tmp_path):
+    """Parents the host check would refuse (later nodes, below -1, huge) and lengths out of range:
+    the kernel zeroes exactly the nodes whose walk meets a bad parent within the window, and the
+    sequences of a bad length or slot, and computes every other node as conv_step of its window."""
+    t = 8
+    x, cs, w = _inputs(4, t, seed=47, c=EMU_C, device="cpu")
+    slots = torch.tensor([0, 1, 2, 7])  # 7: out of range
+    bad = [[-1, 0, 5, 2, 3, 4, 5, 6],           # node 2 points forward: 2 and its descendants within 3
+           [-1, -7, 0, 3, 3, -1, 5, 2 ** 40],   # node 1 below -1; node 3 its own parent; node 7 huge
+           [-1, 0, 1, 2, 3, 4, 5, 6],           # fine, but the length is 9 > T
+           [-1, 0, 1, 2, 3, 4, 5, 6]]           # fine, but the slot is out of range
+    parents = torch.tensor(bad, dtype=torch.int64)
+    lengths = torch.tensor([8, 8, 9, 8])
+    y, after = _emulate(conv_emulator, tmp_path, "tree", x, cs, w, slots, lengths, parents)
+    qt.assert_bitwise_equal(after, cs, "the tree verify wrote the state")
+    assert not y[2].any() and not y[3].any(), "a bad length or slot zeroes the whole sequence"
+    for b in (0, 1):
+        for i in range(t):
+            win = _walk_window(x[b], cs[int(slots[b])], bad[b], i)
+            if win is None:
+                assert not y[b, i].any(), f"sequence {b} node {i}: a bad parent in its window, not zeroed"
+                continue
+            state = win.unsqueeze(0).clone()
+            want = ref.conv_step(x[b, i].unsqueeze(0), state, w, torch.tensor([0]))[0]
+            qt.assert_bitwise_equal(y[b, i], want, f"sequence {b} node {i}")
+    assert not y[0, 2].any() and y[0, 1].all() and not y[1, 1].any() and not y[1, 3].any() and not y[1, 7].any()

@@ -586,36 +586,12 @@ def test_cpu_tensor_names_the_argument():
 # kernel's indexing, staging, shared-memory layout, tree replay and guards against the reference
 # without a GPU; the arithmetic is plain IEEE float (no FMA), transcendentals from the host libm.
 
-_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 EMU_HEADS = (0, 1, 23, 47)  # q/k heads 0, 0, 7, 15
 
 
-def _cuda_include():
-    import os
-    import shutil
-    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    cands.append("/usr/local/cuda")
-    for c in cands:
-        if c and os.path.isfile(os.path.join(c, "include", "cuda_bf16.h")):
-            return os.path.join(c, "include")
-    return None
-
-
 @pytest.fixture(scope="session")
-def emulator(tmp_path_factory):
-    import shutil
-    import subprocess
-    inc = _cuda_include()
-    if shutil.which("g++") is None or inc is None:
-        pytest.skip("needs g++ and the CUDA headers")
-    exe = tmp_path_factory.mktemp("gdn_emu") / "gdn_host_emulation"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-I", str(_ROOT / "csrc"), "-I", inc,
-                    str(_ROOT / "tests" / "native" / "gdn_host_emulation.cpp"), "-o", str(exe)],
-                   check=True, capture_output=True)
-    return exe
+def emulator(host_emulator):
+    return host_emulator("gdn_host_emulation")
 
 
 _DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch.float64: "f64"}
