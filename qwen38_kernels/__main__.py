@@ -2,7 +2,9 @@
 
 Prints info(), runs check() for every op against its reference (PASS/FAIL and the error), and on a
 GPU a short benchmark table of the Qwen3.8-27B decode shapes against the streaming-read ceiling
-measured in the same run. Exits 1 when a check fails.
+measured in the same run (norms, NVFP4 and FP8 GEMMs, the output head, the GDN step and verifies,
+the conv step and chain; GDN and conv rows count the state and input bytes, latency-bound at B = 1).
+Exits 1 when a check fails; a benchmark row that fails is reported and does not change that.
 """
 from __future__ import annotations
 
@@ -14,9 +16,41 @@ import sys
 import torch
 
 
+def _gdn_args(b: int, t: int, seed: int, device: str = "cuda") -> tuple:
+    """Random arguments of gdn_step (t = 0) or a verify of t tokens/nodes for b sequences, pool rows
+    0..b-1 (the order of the ops' signatures: q, k, v, g, beta, state_pool, slots)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    lead = (b,) if t == 0 else (b, t)
+
+    def rnd(*shape):
+        return torch.randn(*shape, device=device, generator=gen)
+
+    return (rnd(*lead, 16, 128).bfloat16(), rnd(*lead, 16, 128).bfloat16(), rnd(*lead, 48, 128).bfloat16(),
+            -rnd(*lead, 48).abs() * 0.5, torch.sigmoid(rnd(*lead, 48)).bfloat16(),
+            rnd(b, 48, 128, 128) * 0.05, torch.arange(b, device=device))
+
+
+def _tree_parents_32(device: str = "cuda") -> torch.Tensor:
+    """32 nodes in depth-first order: four chains of 8 hanging off the committed state (depth 8)."""
+    return torch.tensor([[-1 if n % 8 == 0 else n - 1 for n in range(32)]], device=device)
+
+
+def _conv_args(t: int, seed: int, device: str = "cuda") -> tuple:
+    """Random arguments of conv_step (t = 0) or conv_chain (t tokens), one sequence in state row 0."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    c = 10240
+
+    def rnd(*shape):
+        return torch.randn(*shape, device=device, generator=gen).bfloat16()
+
+    x = rnd(1, c) if t == 0 else rnd(1, t, c)
+    return x, rnd(1, c, 3), rnd(c, 4), torch.zeros(1, dtype=torch.long, device=device)
+
+
 def _bench_summary(quick: bool = True) -> dict:
     from . import bench
-    from .ops import add_rms_norm, fp8_block_linear, nvfp4_linear, rms_norm, rms_norm_gated
+    from .ops import (add_rms_norm, conv_chain, conv_step, fp8_block_linear, gdn_chain_verify, gdn_step,
+                      gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated)
 
     ceiling = bench.measure_read_ceiling()
     rows = []
@@ -57,8 +91,45 @@ def _bench_summary(quick: bool = True) -> dict:
             nbytes = n * k + 4 * ((n + 127) // 128) * ((k + 127) // 128) + 2 * m * (k + n)
             run("fp8_block_linear", f"{n}x{k}", m, lambda x, w, s: fp8_block_linear(x, w, s),
                 lambda i, n=n, k=k, m=m: fp8_args(n, k, m), nbytes, n, k)
+    errors = []
+
+    def guarded(name, body):
+        # a failing row is reported (printed and kept in the JSON), the other rows still run; the
+        # exit status stays the checks' own
+        try:
+            body()
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+            print(f"benchmark of {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def head_rows():
+        v, k = 248320, 5120
+        for m in (1, 32):
+            run("head_logits", f"{v}x{k}", m, lambda x, w: head_logits(x, w), lambda i, m=m: (r(m, k), r(v, k)),
+                v * k * 2 + m * k * 2 + m * v * 4, v, k)
+
+    state_bytes = 48 * 128 * 128 * 4  # one sequence's fp32 state of a layer
+
+    def gdn_rows():
+        for b in (1, 8):  # the step reads and writes the state
+            run("gdn_step", f"B={b}", b, lambda *a: gdn_step(*a), lambda i, b=b: _gdn_args(b, 0, i), 2 * b * state_bytes)
+        run("gdn_chain_verify", "B=1 T=16", 1, lambda *a: gdn_chain_verify(*a), lambda i: _gdn_args(1, 16, i),
+            state_bytes)
+        parents = _tree_parents_32()
+        run("gdn_tree_verify", "B=1 32 nodes", 1, lambda *a: gdn_tree_verify(*a, parents),
+            lambda i: _gdn_args(1, 32, i), state_bytes)
+
+    def conv_rows():
+        c = 10240  # bytes: x and y, the state entries (read; and written by the step), the weights
+        run("conv_step", "B=1", 1, lambda *a: conv_step(*a), lambda i: _conv_args(0, i), c * (2 * 2 + 2 * 3 * 2 + 4 * 2))
+        run("conv_chain", "B=1 T=16", 1, lambda *a: conv_chain(*a), lambda i: _conv_args(16, i),
+            c * (16 * 2 * 2 + 3 * 2 + 4 * 2))
+
+    guarded("head_logits", head_rows)
+    guarded("gdn", gdn_rows)
+    guarded("conv", conv_rows)
     return {"ceiling_GBps": float(ceiling), "ceiling_method": ceiling.method,
-            "records": [dataclasses.asdict(x) for x in rows]}
+            "records": [dataclasses.asdict(x) for x in rows], "errors": errors}
 
 
 def main(argv=None) -> int:
