@@ -7,7 +7,7 @@
 // bandwidth a 1:1 stream (rms_norm, add_rms_norm) can reach, next to the read ceiling.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I csrc \
-//        benchmarks/lab/norm_stream_lab.cu -o /tmp/norm_lab && /tmp/norm_lab [rows]
+//        benchmarks/lab/norm_stream_lab.cu -o norm_lab && ./norm_lab [rows]
 //
 // Method as bench_norm: a CUDA graph of launches rotating over argument copies whose total exceeds
 // 3x L2 (cold reads), median of replays; the streaming-read ceiling measured in the same process.
