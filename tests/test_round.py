@@ -1,0 +1,65 @@
+"""benchmarks/round.py: one decode round summed from the recorded per-op timings (CPU only)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _round_module():
+    spec = importlib.util.spec_from_file_location("round_sum", ROOT / "benchmarks" / "round.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["round_sum"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write(folder: Path, name: str, recs: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(recs))
+
+
+def _rec(op, shape, m, us, nbytes=4_000_000, provider="qwen38"):
+    return dict(op=op, provider=provider, shape=shape, M=m, us=us, bytes=nbytes, ceiling_GBps=4000.0)
+
+
+def test_sums_counts_picks_rows_and_lists_missing_ops(tmp_path):
+    rs = _round_module()
+    res = tmp_path / "gpu"
+    _write(res, "nvfp4", [_rec("nvfp4_linear", "34816x5120 gate+up", 1, 50.0),
+                          _rec("nvfp4_linear", "34816x5120 gate+up", 32, 90.0),
+                          _rec("nvfp4_linear", "34816x5120 gate+up", 1, 1.0, provider="cuBLAS bf16"),
+                          _rec("nvfp4_linear", "5120x17408 down", 1, 30.0)])
+    _write(res, "norm", [_rec("add_rms_norm", "5120", 1, 2.0), _rec("add_rms_norm", "5120", 32, 3.0)])
+    _write(res, "gdn", [_rec("gdn_step", "B sequences x 1 token", 1, 5.0)])
+    assert rs.main(["--results", str(res), "--out", str(tmp_path / "out")]) == 0
+    rounds = {r["name"]: r for r in json.loads((tmp_path / "out" / "round.json").read_text())}
+    dec, ver = rounds["decode"], rounds["verify 16"]
+    lines = {x["what"]: x for x in dec["lines"]}
+    assert lines["nvfp4_linear 34816x5120: MLP gate+up"]["us"] == 64 * 50.0  # qwen38 only, 1 row
+    assert lines["add_rms_norm 5120 (input, post-attention)"]["us"] == 128 * 2.0
+    assert lines["gdn_step"]["us"] == 48 * 5.0
+    assert abs(dec["total_us"] - sum(x["us"] for x in dec["lines"])) < 1e-6
+    assert "decode attention (1 query)" in dec["missing"] and "nvfp4_linear 16384x5120: GDN qkv+z" in dec["missing"]
+    # 16 rows: the 32-row record stands in (an upper bound), a shape without one is missing
+    vlines = {x["what"]: x for x in ver["lines"]}
+    assert vlines["nvfp4_linear 34816x5120: MLP gate+up"]["us_each"] == 90.0
+    assert vlines["nvfp4_linear 34816x5120: MLP gate+up"]["rows_used"] == 32
+    assert "nvfp4_linear 5120x17408: MLP down" in ver["missing"]
+    assert lines["nvfp4_linear 34816x5120: MLP gate+up"]["floor_us"] == 64 * 1e-3 * 4_000_000 / 4000.0
+    md = (tmp_path / "out" / "round.md").read_text()
+    assert "**Total:" in md and "(>= 32)" in md
+
+
+def test_the_recorded_h200_round_adds_up():
+    """The committed H200 records give both rounds, every op but the unbuilt ones found."""
+    rs = _round_module()
+    recs = rs.Records(ROOT / "benchmarks" / "results" / "h200")
+    for name, rows in (("decode", 1), ("verify 16", 16)):
+        rd = rs.build_round(recs, name, rows)
+        assert set(rd.missing) == {f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})",
+                                   "MLP silu(gate) * up, RoPE"}
+        assert rd.floor_us < rd.total_us
