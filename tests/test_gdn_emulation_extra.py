@@ -3,23 +3,16 @@ source on the CPU): multi-round staging, long chains and commits, deep tree path
 commits, the non-16-byte staging path, fp16, int64 indices, random trees. Bit-exact vs the reference."""
 import pathlib
 import random
-import subprocess
 import sys
 import pytest, torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import test_gdn as tg  # noqa: E402
 from test_gdn import _inputs, _i, _pad_parents, _emulate, _check_emulated, ref, HV  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="session")
-def emu(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("e") / "emu"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-I", str(ROOT / "csrc"), "-I",
-                    tg._cuda_include(), str(ROOT / "tests/native/gdn_host_emulation.cpp"), "-o", str(exe)],
-                   check=True)
-    return exe
+def emu(host_emulator):
+    return host_emulator("gdn_host_emulation")
 
 
 @pytest.mark.parametrize("dtype,vec16", [(torch.bfloat16, True), (torch.float16, False)])
