@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 GDN_LAYERS, ATTN_LAYERS = 48, 16
+GB10_GBPS = 230.0  # GB10 (DGX Spark) LPDDR5X read bandwidth a stream reaches (the brief's figure)
 LAYERS = GDN_LAYERS + ATTN_LAYERS
 
 
@@ -43,6 +44,7 @@ class Line:
     rows_used: int | None = None
     note: str = ""
     floor_each: float | None = None  # us of the record's bytes at the run's read ceiling
+    bytes_each: float | None = None  # the record's bytes
 
     @property
     def us(self) -> float:
@@ -68,6 +70,10 @@ class Round:
         return sum(x.floor_us for x in self.lines)
 
     @property
+    def bytes(self) -> float:
+        return sum(x.bytes_each * x.count for x in self.lines if x.bytes_each is not None)
+
+    @property
     def missing(self) -> list[str]:
         return [x.what for x in self.lines if x.us_each is None]
 
@@ -84,23 +90,22 @@ class Records:
                 self.recs += [r for r in (data if isinstance(data, list) else data["records"])
                               if r.get("provider") == "qwen38"]
 
-    def at(self, op: str, shape_prefix: str, rows: int) -> tuple[float | None, int | None, float | None]:
-        """(us, rows used, us at the read ceiling) of ``op`` on the first shape starting with
+    def at(self, op: str, shape_prefix: str, rows: int) -> tuple:
+        """(us, rows used, us at the read ceiling, bytes) of ``op`` on the first shape starting with
         ``shape_prefix`` at ``rows`` rows, or at the smallest larger row count recorded; Nones if none."""
-        cands = sorted((r["M"], r["us"], 1e-3 * r["bytes"] / r["ceiling_GBps"]) for r in self.recs
+        cands = sorted((r["M"], r["us"], 1e-3 * r["bytes"] / r["ceiling_GBps"], r["bytes"]) for r in self.recs
                        if r["op"] == op and r["shape"].startswith(shape_prefix) and r["M"] >= rows)
         if not cands:
-            return None, None, None
-        m, us, floor = cands[0]
-        return us, m, floor
+            return None, None, None, None
+        return cands[0][1], cands[0][0], cands[0][2], cands[0][3]
 
 
 def build_round(recs: Records, name: str, rows: int) -> Round:
     rd = Round(name, rows)
 
     def add(what, count, op, shape, at_rows=None, note=""):
-        us, used, floor = recs.at(op, shape, rows if at_rows is None else at_rows)
-        rd.lines.append(Line(what, count, us, used, note, floor))
+        us, used, floor, nbytes = recs.at(op, shape, rows if at_rows is None else at_rows)
+        rd.lines.append(Line(what, count, us, used, note, floor, nbytes))
 
     def gemm(what, count, shape):
         add(f"nvfp4_linear {shape}: {what}", count, "nvfp4_linear", shape)
@@ -150,7 +155,8 @@ def to_markdown(rounds: list[Round], folder: Path) -> str:
                        f"{x.floor_us:.0f} |")
         out += ["", f"**Total: {rd.total_us / 1000:.2f} ms** per round"
                 + (f" without {', '.join(rd.missing)}" if rd.missing else "")
-                + f"; the same bytes at the read ceiling: {rd.floor_us / 1000:.2f} ms.", ""]
+                + f"; the same bytes at the read ceiling: {rd.floor_us / 1000:.2f} ms; {rd.bytes / 1e9:.2f} GB, "
+                f"which take {rd.bytes / GB10_GBPS / 1e6:.1f} ms at GB10's {GB10_GBPS:.0f} GB/s.", ""]
     return "\n".join(out)
 
 
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     md = to_markdown(rounds, args.results)
     (out / "round.md").write_text(md + "\n")
     (out / "round.json").write_text(json.dumps(
-        [{"name": r.name, "rows": r.rows, "total_us": r.total_us, "floor_us": r.floor_us, "missing": r.missing,
+        [{"name": r.name, "rows": r.rows, "total_us": r.total_us, "floor_us": r.floor_us, "bytes": r.bytes,
+          "gb10_floor_us": r.bytes / GB10_GBPS / 1e3, "missing": r.missing,
           "lines": [asdict(x) | {"us": x.us, "floor_us": x.floor_us} for x in r.lines]} for r in rounds],
         indent=2) + "\n")
     print(md)

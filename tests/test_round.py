@@ -50,6 +50,9 @@ def test_sums_counts_picks_rows_and_lists_missing_ops(tmp_path):
     assert vlines["nvfp4_linear 34816x5120: MLP gate+up"]["rows_used"] == 32
     assert "nvfp4_linear 5120x17408: MLP down" in ver["missing"]
     assert lines["nvfp4_linear 34816x5120: MLP gate+up"]["floor_us"] == 64 * 1e-3 * 4_000_000 / 4000.0
+    found = [x for x in dec["lines"] if x["us_each"] is not None]
+    assert dec["bytes"] == sum(4_000_000 * x["count"] for x in found)
+    assert abs(dec["gb10_floor_us"] - dec["bytes"] / rs.GB10_GBPS / 1e3) < 1e-6
     md = (tmp_path / "out" / "round.md").read_text()
     assert "**Total:" in md and "(>= 32)" in md
 
