@@ -2,7 +2,7 @@
 // of norm_stream_kernel (segments per warp, rows in flight, rolling loads, cache hints, blocks per
 // SM) on the benchmark's many-row shapes, bf16, without rebuilding the extension, and checks that
 // every variant writes the same bits as the first one of its case. A development tool: the landed
-// choice lives in stream_spw / stream_depth / stream_roll / stream_hint / stream_block_threads, and
+// choice lives in stream_spw / stream_depth / stream_roll / kStreamHint / stream_block_threads, and
 // benchmarks/bench_norm.py is the measurement of record. Also times a 16-byte copy: the read+write
 // bandwidth a 1:1 stream (rms_norm, add_rms_norm) can reach, next to the read ceiling.
 //
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   }
   CK(cudaFree(big));
 
-  // v5: the kernel before the lab; v6: the landed choice (stream_depth / stream_roll / stream_hint /
+  // v5: the kernel before the lab; v6: the landed choice (stream_depth / stream_roll / kStreamHint /
   // stream_block_threads in norm_kernel.cuh); the rest: the alternatives it was chosen over.
   {
     Case c = make_case("rms_norm 5120", Kind::kRms, m, 5120, 5120, l2);

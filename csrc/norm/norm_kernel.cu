@@ -37,7 +37,7 @@ int resident_blocks(ResidentCache& cache, const void* kernel, int threads) {
 template <typename T, typename W, Kind KIND, int L>
 cudaError_t launch_stream(const Params& p, int segments, bool pdl, cudaStream_t stream) {
   constexpr int kSpw = L == kLanes ? stream_spw<KIND>() : 1;
-  auto kernel = norm_stream_kernel<T, W, KIND, L, kSpw, stream_depth<KIND, L>(), stream_roll<KIND, L>(), stream_hint<KIND>()>;
+  auto kernel = norm_stream_kernel<T, W, KIND, L, kSpw, stream_depth<L>(), stream_roll<KIND, L>(), kStreamHint>;
   const int warps_per_row = (segments + kSpw - 1) / kSpw;
   const int threads = stream_threads(L, warps_per_row);
   const int64_t rows_per_block = threads / (L * warps_per_row);

@@ -360,14 +360,13 @@ constexpr int stream_spw() { return KIND == Kind::kRms ? kStreamSpwRms : kStream
 // the H200 with benchmarks/lab/norm_stream_lab.cu: NOTES.md, "norm v6"). add_rms_norm with 32 lanes
 // loads each row at the top of its iteration: rolling measured only ~1% faster there, and its
 // fp16 variant spills 8 bytes on sm_121a at the 128-register bound.
-template <Kind KIND, int L>
+template <int L>
 constexpr int stream_depth() { return L == 8 ? kStreamDepthShort : 1; }
 template <Kind KIND, int L>
 constexpr bool stream_roll() { return L == 16 || (L == kLanes && KIND != Kind::kAddRms); }
 // Cache hints: evict-first loads and stores (lab, H200: rms_norm 5120 with rolling loads 77% -> 83%
 // of the read ceiling, add_rms_norm 84% -> 87%; either hint alone gains nothing).
-template <Kind KIND>
-constexpr int stream_hint() { return 3; }
+constexpr int kStreamHint = 3;
 // Block size and launch bounds (threads, blocks per SM) of the streaming shape. Rows of 8 lanes per
 // segment (the gated norm's 128 elements) stream best with 16 warps per SM (lab, 256-thread blocks
 // capped at 2 per SM: 88-90% of the read ceiling, against 86% with the 3 that fit and 71-73% with 1).
@@ -387,7 +386,7 @@ inline int stream_threads(int lanes, int warps_per_row) {
 }
 
 // Cache hints of the streaming shape's activation traffic (the lab's knob; the landed kernels take
-// stream_hint() above): bit 0: loads ld.global.cs (evict first) instead of ld.global.cg;
+// kStreamHint above): bit 0: loads ld.global.cs (evict first) instead of ld.global.cg;
 // bit 1: stores st.global.cs; bit 2: loads ld.global.lu (last use); bit 3: with rolling loads, a
 // group's next-row load issued before its store.
 constexpr int kHintNone = 0;

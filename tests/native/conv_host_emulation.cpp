@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "emu_io.h"
+
 namespace emu {
 struct Dim3 {
   unsigned x, y, z;
@@ -47,28 +49,9 @@ inline float __double2float_rn(double a) { return static_cast<float>(a); }
 namespace {
 
 using namespace qwen38::conv;
-
-std::map<std::string, std::string> read_params(const std::string& dir) {
-  std::ifstream f(dir + "/params.txt");
-  std::map<std::string, std::string> m;
-  std::string k, v;
-  while (f >> k >> v) m[k] = v;
-  return m;
-}
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const void* data, size_t n) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(data), std::streamsize(n));
-}
+using emu::read_file;
+using emu::read_params;
+using emu::write_file;
 
 template <typename T, typename W, Mode M>
 void run_grid(const Params& p) {

@@ -29,6 +29,8 @@
 
 #include <ucontext.h>
 
+#include "emu_io.h"
+
 // ---- the CUDA surface the kernel uses ------------------------------------------------------------
 namespace emu {
 
@@ -171,28 +173,9 @@ alignas(16) unsigned char emu_smem_raw_unused[200 * 1024];
 namespace {
 
 using namespace qwen38::gdn;
-
-std::map<std::string, std::string> read_params(const std::string& dir) {
-  std::ifstream f(dir + "/params.txt");
-  std::map<std::string, std::string> m;
-  std::string k, v;
-  while (f >> k >> v) m[k] = v;
-  return m;
-}
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const void* data, size_t n) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(data), std::streamsize(n));
-}
+using emu::read_file;
+using emu::read_params;
+using emu::write_file;
 
 DType dtype_of(const std::string& s) {
   if (s == "bf16") return DType::kBF16;

@@ -1,0 +1,37 @@
+// Driver I/O shared by the host emulations (tests/native/*_host_emulation.cpp): a run directory
+// holds params.txt ("key value" lines) and raw little-endian tensors, one file each.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace emu {
+
+inline std::map<std::string, std::string> read_params(const std::string& dir) {
+  std::ifstream f(dir + "/params.txt");
+  std::map<std::string, std::string> m;
+  std::string k, v;
+  while (f >> k >> v) m[k] = v;
+  return m;
+}
+
+inline std::vector<char> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+inline void write_file(const std::string& path, const void* data, size_t n) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char*>(data), std::streamsize(n));
+}
+
+}  // namespace emu
