@@ -201,6 +201,61 @@ def test_ring_depth_and_l2_span_change_no_bit(n, k):
                 qt.assert_bitwise_equal(_call(x[:m], w), base, f"L2 span {span}, {m} rows")
 
 
+@pytest.fixture
+def nvfp4_variant():
+    """set(n, k, ksplit, nt): registers a launch variant for nvfp4_linear; the tile tables are
+    registered again afterwards."""
+    from qwen38_kernels import _C, tables
+
+    def set_(n, k, ks, nt):
+        _C.set_skinny_variant("nvfp4_linear", n, k, ks, nt, min(nt, 2))
+
+    yield set_
+    tables.register_skinny_tables()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k,ks,nt", [(256, 5120, 2, 4), (256, 5120, 4, 4), (128, 5120, 8, 4), (128, 5120, 2, 2),
+                                       (64, 5120, 4, 2), (96, 6144, 8, 2), (128, 6144, 8, 4), (64, 17408, 8, 4),
+                                       (32, 17408, 8, 2)])
+def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, nvfp4_variant):
+    """1..32 rows of a served shape go through the register-stream kernel (QWEN38_NVFP4_STREAM=1, the
+    default; 17..32 rows with its second m16 tile); with the knob at 0 the ring kernel computes them:
+    the same bits at every row count, for bf16 and fp16 activations, with bias and fp32 output, from
+    a strided x; and every row of a 32-row call agrees with its 1-row call."""
+    nvfp4_variant(n, k, ks, nt)
+    w = _weight(n, k, "cuda", seed=n + k + ks)
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=3)
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=10 * ks + nt)[:, :k]  # row stride k + 64
+        for m in (1, 3, 8, 9, 16, 17, 25, 32):
+            for extra in ((None, None), (bias, torch.float32)):
+                y = _call(x[:m], w, *extra)
+                with q.knobs.override(QWEN38_NVFP4_STREAM="0"):
+                    r = _call(x[:m], w, *extra)
+                qt.assert_bitwise_equal(y, r, f"{xdt} {m} rows, bias {extra[0] is not None}: stream vs ring")
+        qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+
+
+@pytest.mark.gpu
+def test_stream_kernel_decodes_every_code_and_scale(nvfp4_variant):
+    """test_every_code_and_scale_is_decoded_exactly through the register-stream kernel (16 one-hot
+    rows a call, K = 5120): every byte value against block scales across the e4m3 range."""
+    n, k = 64, 5120
+    nvfp4_variant(n, k, 2, 4)
+    packed = torch.arange(n * k // 2, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(n, k // 2)
+    sv = torch.tensor([2.0 ** -9, 2.0 ** -7, 0.01953125, 0.375, 1.0, 1.75, 13.0, 104.0, 240.0, 448.0])
+    scale = sv[torch.arange(n * k // 16).remainder(len(sv))].reshape(n, k // 16).to(torch.float8_e4m3fn)
+    gs = torch.tensor(0.5)
+    w = formats.NVFP4Weight(packed.cuda(), scale.cuda(), gs.cuda())
+    want = formats.dequantize_nvfp4(formats.NVFP4Weight(packed, scale, gs), torch.float32)
+    for k0 in list(range(0, 512, 16)) + [k - 16]:  # each row's bytes 0..255: every code; 32 blocks: every scale
+        x = torch.zeros(16, k, dtype=torch.bfloat16)
+        x[torch.arange(16), k0 + torch.arange(16)] = 1.0
+        y = _call(x.cuda(), w, out_dtype=torch.float32).cpu()
+        qt.assert_bitwise_equal(y + 0.0, want[:, k0:k0 + 16].t().contiguous() + 0.0, f"codes at k {k0}..{k0 + 15}")
+
+
 @pytest.mark.gpu
 def test_bad_launch_knobs_are_named():
     w = _weight(48, 64, "cuda")
@@ -281,3 +336,14 @@ def test_opcheck(device):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_skinny_lab_compiles(tmp_path):
+    """benchmarks/lab/skinny_lab.cu (the A/B lab that chose the register-stream kernel) still compiles
+    against both kernel headers, every variant it times included: it cannot drift from the kernels."""
+    r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-arch=sm_90a", "--expt-relaxed-constexpr", "-diag-suppress",
+                        "128", "-c", "-I", os.path.join(ROOT, "csrc"),
+                        os.path.join(ROOT, "benchmarks", "lab", "skinny_lab.cu"), "-o", str(tmp_path / "lab.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -152,6 +152,7 @@ void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, int64_t m, cudaStream
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", p.n, p.k);
   p.depth = ring_depth();
   p.l2span = l2_span();
+  p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);

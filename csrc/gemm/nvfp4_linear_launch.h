@@ -25,6 +25,9 @@ struct Nvfp4Params {
                                    // the tiles per warp); a launch detail that changes no bit
   int l2span = 0;                  // skinny kernel: L2 fetch-size hint of the weight copies (0, 128,
                                    // 256 bytes); changes no bit
+  int stream = 1;                  // skinny kernel: 1 = the register-stream kernel where it serves
+                                   // the shape (nvfp4_stream_kernel.cuh), 0 = always the ring
+                                   // kernel; changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
@@ -32,5 +35,11 @@ constexpr int64_t kSkinnyMaxRows = 32;
 
 // v: the launch variant of the weight shape (skinny_variants.h).
 cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
+
+// The register-stream kernel (the compiled K values with N a multiple of 8 NT and a compiled
+// (ksplit, NT): nt_narrow at 1..16 rows, nt_wide at 17..32); launch_nvfp4_skinny takes it where it
+// serves and p.stream is set.
+bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
+cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 }  // namespace qwen38::gemm

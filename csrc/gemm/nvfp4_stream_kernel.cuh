@@ -1,0 +1,199 @@
+// nvfp4_linear, 1..32 rows, the register-stream kernel (v8): the same arithmetic, k split and k
+// permutation as the ring kernel (nvfp4_linear_kernel.cuh; read its header first), so it writes the
+// same bits, but each thread's weight bytes go from global memory straight into registers (one
+// 16-byte load per tile and step, `kDepth` steps ahead), nothing through shared memory, and K is a
+// compile-time constant: every tile, scale and activation offset is an immediate of the load, the
+// step loop has no k predicates and no ring bookkeeping (~415 instructions per warp step of 4096
+// weights against ~840 for the ring kernel, sm_90a SASS).
+//
+// Served: K in {5120, 6144, 17408} (the model's), N a multiple of 8 NT, a compiled k split; 1..16
+// rows (MT 1, the table's NT) and 17..32 rows (MT 2: a second m16 tile against the same B
+// registers, the table's wide NT); other shapes take the ring kernel (which computes the same bits,
+// so no switch between the two ever changes a row). Rows at or past M read a static zero row
+// instead of predicated loads.
+//
+//   step s of warp w (the contiguous steps [w S / KS, (w+1) S / KS) as the ring kernel): thread
+//   (g, t) loads W[n + g][128 s + 32 t .. + 31] of each of its NT tiles (16 bytes) and the tile
+//   row's two e4m3 scales of those 32 k (2 bytes); the loads of step s + kDepth replace them as
+//   soon as they are copied out (the copies cost no instruction: the decode reads them in place).
+//   Activations: rows g and g + 8, 8 values each per word q (one 16-byte load per row, one word
+//   ahead), re-paired (i, i+4) by PRMTs written straight into the A fragments of mmas 2q and 2q+1,
+//   which every tile then uses (word outer, tiles inner: the same mma order per tile as the ring
+//   kernel, so the same sums).
+#pragma once
+
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"
+#include "common/pdl.cuh"
+#include "gemm/nvfp4_linear_launch.h"
+#include "gemm/skinny_common.cuh"
+
+namespace qwen38::gemm {
+
+constexpr int kStreamDepth = 2;       // steps of weights in registers ahead of their use (lab: 2 best)
+constexpr int kStreamMaxK = 17408;    // the zero row's length (the largest served K)
+
+// K zeros: the activation row of the tile rows at or past M (16-byte aligned; static storage is
+// zero-initialized at module load and never written). One copy per translation unit that includes
+// this header (only nvfp4_stream_kernel.cu and the lab).
+static __device__ __align__(16) uint16_t g_stream_zero_row[kStreamMaxK];
+
+namespace stream {
+
+// 16 bytes of weights: read-only, no L1 allocation (read once), a miss fills the aligned 256 bytes
+// into L2 (the next steps of the row hit L2 and DRAM sees longer runs).
+__device__ __forceinline__ uint4 load_w(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t load_scale2(const uint8_t* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load_x(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+}  // namespace stream
+
+// Blocks per SM the register allocation must allow: 256-thread blocks are held to 128 registers
+// on sm_90a (two blocks per SM; the lab measured 20-40% faster than one block of up to 152
+// registers at 1..16 rows, benchmarks/results/h200/NOTES.md). The hardware-decode build (sm_120+,
+// GB10: 230 GB/s over 48 SMs, few bytes in flight needed per SM) keeps the compiler's choice: its
+// decode needs a few more registers and would spill under the cap.
+// 17..32 rows (MT 2) hold twice the A fragments and accumulators and would spill under the cap.
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) 1
+#else
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) ((KSPLIT) >= 8 && (MT) == 1 ? 2 : 1)
+#endif
+
+// T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
+// NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
+// registers, like the ring kernel's MT 2: each row's sums are the same).
+template <typename T, int K, int KSPLIT, int NT, int MT>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT))
+    nvfp4_stream_kernel(const Nvfp4Params p) {
+  using D = nvfp4::PairDecode<T>;
+  constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
+  constexpr int kRowB = K / 2, kRowS = K / 16;                // weight / scale bytes per row
+  constexpr int kD = kStreamDepth;
+  static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nb = int64_t(blockIdx.x) * 8 * NT;
+  const int s0 = warp * kSW;
+  const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
+  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
+  constexpr int kH = 2 * MT;  // 8-row halves of the A tiles: rows g + 8h
+  const T* xr[kH];
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < p.m ? x + (g + 8 * h) * p.x_stride : zero) + 128 * s0 + 32 * t;
+
+  // weights are never written by a kernel of this library: the first steps go out before
+  // pdl_wait() (pdl.cuh)
+  uint4 wb[kD][NT];
+  uint32_t sb[kD][NT];
+#pragma unroll
+  for (int d = 0; d < kD; ++d)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * d);
+      sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * d);
+    }
+  pdl_wait();
+  pdl_allow();
+
+  float acc[NT][MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
+
+  for (int s = 0; s < kSW; s += kD) {
+#pragma unroll
+    for (int d = 0; d < kD; ++d) {
+      if (kSW % kD != 0 && s + d >= kSW) break;
+      const int ss = s + d;
+      uint4 wq[NT];
+      uint32_t sc[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        wq[nt] = wb[d][nt];
+        sc[nt] = sb[d][nt];
+      }
+      if (ss + kD < kSW) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * (ss + kD));
+          sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kD));
+        }
+      }
+      typename D::T2 s2[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
+        s2[nt][0] = D::scale(__low2half(sh));
+        s2[nt][1] = D::scale(__high2half(sh));
+      }
+      // word q outer, tiles inner: only word q's A fragments are live; the activations of word
+      // q + 1 load while word q is decoded
+      uint4 xn[kH];
+#pragma unroll
+      for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 xc[kH];
+#pragma unroll
+        for (int h = 0; h < kH; ++h) xc[h] = xn[h];
+        if (q < 3) {
+#pragma unroll
+          for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
+        }
+        // A fragments of mmas 2q, 2q+1 (k slots re-paired (i, i+4), pair_by_four's registers 4q..4q+3):
+        // {row g, row g+8, row g, row g+8} of m16 tile mt (rows + 16 mt)
+        uint32_t af[MT][2][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const uint4 v = xc[2 * mt + hh];
+            af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
+            af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
+            af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
+            af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
+          }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
+          uint32_t b[4];
+          nvfp4::decode_word<T>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);  // words 0, 1: first 16 k; 2, 3: second
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
+        }
+      }
+    }
+  }
+
+  const float gscale = *p.global;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
+                                 p.y, p.out, p.m, p.n, nb + 8 * nt);
+}
+
+}  // namespace qwen38::gemm
