@@ -57,6 +57,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
+  p.stream = knob_enabled("QWEN38_FP8_STREAM", true);
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
   check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),

@@ -17,10 +17,19 @@ struct Fp8BlockParams {
   int64_t m = 0, n = 0, k = 0, x_stride = 0;
   int bias_dtype = 0;             // 0 bf16, 1 fp16, 2 fp32
   int out = 0;                    // y dtype: int(Out)
+  int stream = 1;                 // skinny path: 1 = the register-stream kernel where it serves the
+                                  // shape (fp8_stream_kernel.cuh), 0 = always the skinny kernel;
+                                  // changes no bit
 };
 
 // v: the launch variant of the weight shape (skinny_variants.h).
 cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
                                     cudaStream_t stream);
+
+// The register-stream kernel (1..16 rows, K 5120 / 6144 / 17408, N a multiple of 8 nt_narrow, a
+// compiled (ksplit, nt_narrow)); launch_fp8_block_skinny takes it where it serves and p.stream is set.
+bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
+cudaError_t launch_fp8_stream(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+                              cudaStream_t stream);
 
 }  // namespace qwen38::gemm

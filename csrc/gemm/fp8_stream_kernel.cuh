@@ -1,0 +1,159 @@
+// fp8_block_linear, 1..16 rows, the register-stream kernel: the arithmetic, k split and k order of
+// the skinny kernel (fp8_block_linear_kernel.cuh; read its header first), so it writes the same
+// bits, with the NVFP4 register-stream kernel's load scheme (nvfp4_stream_kernel.cuh): each
+// thread's 32 weight bytes of a tile and step go from global memory straight into registers,
+// `depth` steps ahead; K is a compile-time constant (every offset an immediate, no k predicates).
+//
+// Served: 1..16 rows, K in {5120, 6144, 17408}, N a multiple of 8 NT, a compiled (k split, NT);
+// other shapes and 17..32 rows take the skinny kernel (same bits). Rows at or past M read the
+// static zero row. (The template keeps MT 2, a second m16 tile, for the lab; it is not built.)
+//
+//   step s of warp w (its contiguous steps [w S / KS, (w+1) S / KS)): thread (g, t) holds
+//   W[n + g][128 s + 32 t .. + 31] of each tile (two 16-byte loads) and the tile's fp32 block
+//   scale; word q (activations x[row][128 s + 32 t + 8 q .. + 7], one 16-byte load per row half,
+//   one word ahead) feeds mmas 2q and 2q+1 of every tile: bytes 4j .. 4j+3 of the chunk are mma j.
+//   Per tile and step the 8 mmas sum the block from zero, then acc = acc + fp32(S_b * scale).
+#pragma once
+
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"
+#include "common/pdl.cuh"
+#include "gemm/fp8_block_linear_kernel.cuh"
+#include "gemm/nvfp4_stream_kernel.cuh"
+
+namespace qwen38::gemm {
+
+// Steps of weights in registers ahead of their use: 2, or 1 at 4 tiles per warp (32 bytes a tile
+// and step: two steps of four tiles would hold 64 registers).
+template <int NT>
+constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
+
+template <typename T, int K, int KSPLIT, int NT, int MT>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT))
+    fp8_stream_kernel(const Fp8BlockParams p) {
+  constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
+  constexpr int kD = kFp8StreamDepth<NT>;
+  constexpr int kH = 2 * MT;
+  static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nb = int64_t(blockIdx.x) * 8 * NT;
+  const int s0 = warp * kSW;
+  const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
+  const float* scp[NT];  // the tile's scale row (its 8 rows share one: 128 % 8 == 0)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) scp[nt] = p.scale + ((nb + 8 * nt) / 128) * kSteps + s0;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
+  const T* xr[kH];
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < p.m ? x + (g + 8 * h) * p.x_stride : zero) + kStepK * s0 + 32 * t;
+
+  // weights (never written by a kernel of this library) and scales go out before pdl_wait()
+  uint4 wb[kD][NT][2];
+  float sb[kD][NT];
+#pragma unroll
+  for (int d = 0; d < kD; ++d)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wb[d][nt][0] = stream::load_w(wp + nt * 8 * K + kStepK * d);
+      wb[d][nt][1] = stream::load_w(wp + nt * 8 * K + kStepK * d + 16);
+      sb[d][nt] = __ldg(scp[nt] + d);
+    }
+  pdl_wait();
+  pdl_allow();
+
+  float acc[NT][MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
+
+  for (int s = 0; s < kSW; s += kD) {
+#pragma unroll
+    for (int d = 0; d < kD; ++d) {
+      if (kSW % kD != 0 && s + d >= kSW) break;
+      const int ss = s + d;
+      uint4 wq[NT][2];
+      float sc[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        wq[nt][0] = wb[d][nt][0];
+        wq[nt][1] = wb[d][nt][1];
+        sc[nt] = sb[d][nt];
+      }
+      if (ss + kD < kSW) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          wb[d][nt][0] = stream::load_w(wp + nt * 8 * K + kStepK * (ss + kD));
+          wb[d][nt][1] = stream::load_w(wp + nt * 8 * K + kStepK * (ss + kD) + 16);
+          sb[d][nt] = __ldg(scp[nt] + ss + kD);
+        }
+      }
+      float blk[NT][MT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) blk[nt][mt][i] = 0.0f;
+      uint4 xn[kH];
+#pragma unroll
+      for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 xc[kH];
+#pragma unroll
+        for (int h = 0; h < kH; ++h) xc[h] = xn[h];
+        if (q < 3) {
+#pragma unroll
+          for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss + 8 * (q + 1));
+        }
+        // A fragments of mmas 2q and 2q+1 (natural k order): {row g, row g+8, row g, row g+8} of m16
+        // tile mt; register r of a row's word = elements 2r, 2r+1
+        uint32_t af[MT][2][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const uint4 v = xc[2 * mt + hh];
+            af[mt][0][hh] = v.x;
+            af[mt][0][hh + 2] = v.y;
+            af[mt][1][hh] = v.z;
+            af[mt][1][hh + 2] = v.w;
+          }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
+                                  wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t w = wr[2 * q + r];
+            const uint32_t b0 = e4m3x2_to<T>(uint16_t(w & 0xffffu));
+            const uint32_t b1 = e4m3x2_to<T>(uint16_t(w >> 16));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_16816<T>(blk[nt][mt], af[mt][r], b0, b1);
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[nt][mt][i] = __fadd_rn(acc[nt][mt][i], __fmul_rn(blk[nt][mt][i], sc[nt]));
+    }
+  }
+
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp, g, t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m,
+                                 p.n, nb + 8 * nt);
+}
+
+}  // namespace qwen38::gemm
