@@ -40,6 +40,19 @@ def device(request) -> str:
     return request.param
 
 
+@pytest.fixture
+def skinny_variant():
+    """set(op, n, k, ksplit, nt): registers a launch variant of a skinny kernel (nt at 1..16 rows,
+    min(nt, 2) at 17..32); the tile tables are registered again afterwards."""
+    from qwen38_kernels import _C, tables
+
+    def set_(op, n, k, ks, nt):
+        _C.set_skinny_variant(op, n, k, ks, nt, min(nt, 2))
+
+    yield set_
+    tables.register_skinny_tables()
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

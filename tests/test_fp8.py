@@ -62,28 +62,15 @@ def test_every_e4m3_code_is_decoded_exactly(xdt):
         qt.assert_bitwise_equal(y + 0.0, want[:, k0:k0 + 32].t().contiguous() + 0.0, f"codes at k {k0}")
 
 
-@pytest.fixture
-def fp8_variant():
-    """set(n, k, ksplit, nt): registers a launch variant for fp8_block_linear; the tile tables are
-    registered again afterwards."""
-    from qwen38_kernels import _C, tables
-
-    def set_(n, k, ks, nt):
-        _C.set_skinny_variant("fp8_block_linear", n, k, ks, nt, min(nt, 2))
-
-    yield set_
-    tables.register_skinny_tables()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k,ks,nt", [(256, 5120, 2, 4), (256, 5120, 4, 4), (128, 5120, 2, 2), (384, 5120, 4, 2),
                                        (128, 5120, 8, 2), (96, 6144, 8, 2), (64, 17408, 8, 2)])
-def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, fp8_variant):
+def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_variant):
     """1..16 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
     default); with the knob at 0 the skinny kernel computes them: the same bits at every row count,
     bf16 and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale
     rows); and every row of a 32-row call (17..32 rows: the skinny kernel) agrees with its 1-row call."""
-    fp8_variant(n, k, ks, nt)
+    skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=3)
     for xdt in (torch.bfloat16, torch.float16):
@@ -98,11 +85,11 @@ def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, fp8_variant)
 
 
 @pytest.mark.gpu
-def test_stream_kernel_decodes_every_e4m3_code(fp8_variant):
+def test_stream_kernel_decodes_every_e4m3_code(skinny_variant):
     """test_every_e4m3_code_is_decoded_exactly through the register-stream kernel (K = 5120, 16
     one-hot rows a call, two scale rows of different values)."""
     n, k = 256, 5120
-    fp8_variant(n, k, 2, 4)
+    skinny_variant("fp8_block_linear", n, k, 2, 4)
     codes = torch.arange(n * k, dtype=torch.int64).remainder(256).to(torch.uint8)
     codes[(codes & 0x7F) == 0x7F] = 0x3C  # NaN codes replaced by 1.5
     w = codes.view(torch.float8_e4m3fn).reshape(n, k)

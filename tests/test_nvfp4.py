@@ -201,29 +201,16 @@ def test_ring_depth_and_l2_span_change_no_bit(n, k):
                 qt.assert_bitwise_equal(_call(x[:m], w), base, f"L2 span {span}, {m} rows")
 
 
-@pytest.fixture
-def nvfp4_variant():
-    """set(n, k, ksplit, nt): registers a launch variant for nvfp4_linear; the tile tables are
-    registered again afterwards."""
-    from qwen38_kernels import _C, tables
-
-    def set_(n, k, ks, nt):
-        _C.set_skinny_variant("nvfp4_linear", n, k, ks, nt, min(nt, 2))
-
-    yield set_
-    tables.register_skinny_tables()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k,ks,nt", [(256, 5120, 2, 4), (256, 5120, 4, 4), (128, 5120, 8, 4), (128, 5120, 2, 2),
                                        (64, 5120, 4, 2), (96, 6144, 8, 2), (128, 6144, 8, 4), (64, 17408, 8, 4),
                                        (32, 17408, 8, 2)])
-def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, nvfp4_variant):
+def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, skinny_variant):
     """1..32 rows of a served shape go through the register-stream kernel (QWEN38_NVFP4_STREAM=1, the
     default; 17..32 rows with its second m16 tile); with the knob at 0 the ring kernel computes them:
     the same bits at every row count, for bf16 and fp16 activations, with bias and fp32 output, from
     a strided x; and every row of a 32-row call agrees with its 1-row call."""
-    nvfp4_variant(n, k, ks, nt)
+    skinny_variant("nvfp4_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda", seed=n + k + ks)
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=3)
     for xdt in (torch.bfloat16, torch.float16):
@@ -238,11 +225,11 @@ def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, nvfp4_variant)
 
 
 @pytest.mark.gpu
-def test_stream_kernel_decodes_every_code_and_scale(nvfp4_variant):
+def test_stream_kernel_decodes_every_code_and_scale(skinny_variant):
     """test_every_code_and_scale_is_decoded_exactly through the register-stream kernel (16 one-hot
     rows a call, K = 5120): every byte value against block scales across the e4m3 range."""
     n, k = 64, 5120
-    nvfp4_variant(n, k, 2, 4)
+    skinny_variant("nvfp4_linear", n, k, 2, 4)
     packed = torch.arange(n * k // 2, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(n, k // 2)
     sv = torch.tensor([2.0 ** -9, 2.0 ** -7, 0.01953125, 0.375, 1.0, 1.75, 13.0, 104.0, 240.0, 448.0])
     scale = sv[torch.arange(n * k // 16).remainder(len(sv))].reshape(n, k // 16).to(torch.float8_e4m3fn)

@@ -18,21 +18,16 @@
 #include <string>
 #include <vector>
 
+#include "lab_common.cuh"
 #include "norm/norm_kernel.cuh"
 
 using namespace qwen38::norm;
 using bf16 = __nv_bfloat16;
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 namespace {
+
+using lab::read_kernel;
+using lab::time_graph;
 
 __global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -41,15 +36,6 @@ __global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed) {
     // a bf16 in [-2, 2): sign, exponent 126..127, random mantissa
     p[i] = uint16_t((h & 0x8000u) | ((126u + ((h >> 7) & 1u)) << 7) | (h & 0x7fu));
   }
-}
-
-__global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 u = __ldcg(p + i);
-    acc ^= u.x ^ u.y ^ u.z ^ u.w;
-  }
-  if (acc == 0x12345678u) sink[0] = acc;
 }
 
 // A copy at the same granularity (16 bytes a thread and step): what a 1:1 read/write stream reaches.
@@ -68,37 +54,6 @@ void* dalloc(size_t bytes, uint32_t seed) {
   fill_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), bytes / 2, seed);
   CK(cudaGetLastError());
   return p;
-}
-
-template <typename F>
-float time_graph(int calls, F&& launch_i) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) launch_i(i, s);
-  CK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t ge;
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaGraphLaunch(ge, s));  // warm-up
-  std::vector<float> t;
-  for (int r = 0; r < 7; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.f / calls);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaStreamDestroy(s));
-  return t[t.size() / 2];
 }
 
 struct Case {
