@@ -6,8 +6,8 @@
 // costs: 0 = the loads alone (weights, scales, activations; XOR-folded), 1 = loads + decode, 2 = the
 // whole kernel. A development tool; benchmarks/bench_nvfp4.py is the measurement of record.
 //
-//   nvcc -std=c++20 -O3 -arch=sm_90a --expt-relaxed-constexpr -I csrc \
-//        benchmarks/lab/skinny_lab.cu -o skinny_lab && ./skinny_lab
+//   nvcc -std=c++20 -O3 -arch=sm_90a --expt-relaxed-constexpr -diag-suppress 128 -I csrc \
+//        benchmarks/lab/skinny_lab.cu -o skinny_lab && ./skinny_lab [one ROWS | pattern]
 //
 // Method as the benchmarks: a CUDA graph of launches rotating over weight copies whose total
 // exceeds 3x L2 (cold weights), median of replays; the streaming-read ceiling in the same process.
@@ -504,6 +504,29 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> ref;
     run_landed<2, 4>(c, ref);
     run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "pattern") == 0) {
+    // the loads alone (mode 0), 1 row: does the 8-rows x 64-byte pattern or the bytes in flight
+    // cap them (~78% of the ceiling at depth 2)? Deeper rings with nothing else live, contiguous
+    // and interleaved k splits, 2 and 4 tiles per warp (not yet run: NOTES.md, session 6)
+    Case c = make_case(34816, 5120, 1, l2);
+    std::printf("34816x5120, 1 row (%d copies), loads only\n", c.copies);
+    std::vector<uint8_t> ref;
+    run_landed<2, 4>(c, ref);
+    run_cand<0, 5120, 2, 4, 2, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 2, 4, 4, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 2, 2, 4, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 2, 2, 8, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 4, 2, 4, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 4, 2, 8, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 4, 2, 4, 1, 1, 1, 0, 1>(c, ref);
+    run_cand<0, 5120, 4, 2, 8, 1, 1, 1, 0, 1>(c, ref);
+    run_cand<0, 5120, 8, 1, 5, 1, 1, 1>(c, ref);
+    run_cand<0, 5120, 8, 1, 5, 1, 1, 1, 0, 1>(c, ref);
+    run_cand<0, 5120, 8, 2, 5, 1, 1, 1, 0, 1>(c, ref);
+    run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
+    free_case(c);
     return 0;
   }
   const int rows[] = {1, 8, 16};
