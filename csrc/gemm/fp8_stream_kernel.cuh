@@ -19,7 +19,8 @@
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
 #include "gemm/fp8_block_linear_kernel.cuh"
-#include "gemm/nvfp4_stream_kernel.cuh"
+#include "gemm/skinny_common.cuh"
+#include "gemm/stream_common.cuh"
 
 namespace qwen38::gemm {
 
@@ -45,11 +46,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   const float* scp[NT];  // the tile's scale row (its 8 rows share one: 128 % 8 == 0)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) scp[nt] = p.scale + ((nb + 8 * nt) / 128) * kSteps + s0;
-  const T* __restrict__ x = static_cast<const T*>(p.x);
-  const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
   const T* xr[kH];
-#pragma unroll
-  for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < p.m ? x + (g + 8 * h) * p.x_stride : zero) + kStepK * s0 + 32 * t;
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
 
   // weights (never written by a kernel of this library) and scales go out before pdl_wait()
   uint4 wb[kD][NT][2];
@@ -66,12 +64,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   pdl_allow();
 
   float acc[NT][MT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
+  stream::zero_fill(acc);
 
   for (int s = 0; s < kSW; s += kD) {
 #pragma unroll
@@ -95,12 +88,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
         }
       }
       float blk[NT][MT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) blk[nt][mt][i] = 0.0f;
+      stream::zero_fill(blk);
       uint4 xn[kH];
 #pragma unroll
       for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss);

@@ -27,52 +27,12 @@
 #include "common/pdl.cuh"
 #include "gemm/nvfp4_linear_launch.h"
 #include "gemm/skinny_common.cuh"
+#include "gemm/stream_common.cuh"
 
 namespace qwen38::gemm {
 
-constexpr int kStreamDepth = 2;       // steps of weights in registers ahead of their use (lab: 2 best)
-constexpr int kStreamMaxK = 17408;    // the zero row's length (the largest served K)
+constexpr int kStreamDepth = 2;  // steps of weights in registers ahead of their use (lab: 2 best)
 
-// K zeros: the activation row of the tile rows at or past M (16-byte aligned; static storage is
-// zero-initialized at module load and never written). One copy per translation unit that includes
-// this header (only nvfp4_stream_kernel.cu and the lab).
-static __device__ __align__(16) uint16_t g_stream_zero_row[kStreamMaxK];
-
-namespace stream {
-
-// 16 bytes of weights: read-only, no L1 allocation (read once), a miss fills the aligned 256 bytes
-// into L2 (the next steps of the row hit L2 and DRAM sees longer runs).
-__device__ __forceinline__ uint4 load_w(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t load_scale2(const uint8_t* p) {
-  unsigned short v;
-  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 load_x(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-}  // namespace stream
-
-// Blocks per SM the register allocation must allow: 256-thread blocks are held to 128 registers
-// on sm_90a (two blocks per SM; the lab measured 20-40% faster than one block of up to 152
-// registers at 1..16 rows, benchmarks/results/h200/NOTES.md). The hardware-decode build (sm_120+,
-// GB10: 230 GB/s over 48 SMs, few bytes in flight needed per SM) keeps the compiler's choice: its
-// decode needs a few more registers and would spill under the cap.
-// 17..32 rows (MT 2) hold twice the A fragments and accumulators and would spill under the cap.
-#ifdef QWEN38_HW_E2M1
-#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) 1
-#else
-#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) ((KSPLIT) >= 8 && (MT) == 1 ? 2 : 1)
-#endif
 
 // T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
@@ -93,12 +53,9 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   const int s0 = warp * kSW;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
-  const T* __restrict__ x = static_cast<const T*>(p.x);
-  const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
   constexpr int kH = 2 * MT;  // 8-row halves of the A tiles: rows g + 8h
   const T* xr[kH];
-#pragma unroll
-  for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < p.m ? x + (g + 8 * h) * p.x_stride : zero) + 128 * s0 + 32 * t;
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
 
   // weights are never written by a kernel of this library: the first steps go out before
   // pdl_wait() (pdl.cuh)
@@ -115,12 +72,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   pdl_allow();
 
   float acc[NT][MT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][mt][i] = 0.0f;
+  stream::zero_fill(acc);
 
   for (int s = 0; s < kSW; s += kD) {
 #pragma unroll

@@ -65,17 +65,18 @@ struct StreamLaunch {
   static int tiles_m(const P& p) { return p.m <= 16 ? 1 : 2; }
   static int tiles_n(const P& p, const SkinnyVariant& v) { return p.m <= 16 ? v.nt_narrow : v.nt_wide; }
 
-  static bool serves(const P& p, const SkinnyVariant& v) {
-    const int nt = tiles_n(p, v);
-    return p.m >= 1 && p.m <= kSkinnyMaxRows && p.n > 0 && p.n % (8 * nt) == 0 &&
-           pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, tiles_m(p)) != nullptr;
+  // the instantiation serving a call, or null (rows, N not a multiple of 8 NT, K or variant not compiled)
+  static Fn find(Act act, const P& p, const SkinnyVariant& v) {
+    const int nt = tiles_n(p, v), mt = tiles_m(p);
+    if (p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0 || p.n % (8 * nt) != 0) return nullptr;
+    return act == Act::kBF16 ? pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, mt) : pick_k<__half>(p.k, v.ksplit, nt, mt);
   }
 
+  static bool serves(const P& p, const SkinnyVariant& v) { return find(Act::kBF16, p, v) != nullptr; }
+
   static cudaError_t launch(Act act, const P& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
-    if (!serves(p, v)) return cudaErrorInvalidValue;
-    const int nt = tiles_n(p, v), mt = tiles_m(p);
-    const Fn fn = act == Act::kBF16 ? pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, mt) : pick_k<__half>(p.k, v.ksplit, nt, mt);
-    return fn(p, pdl, stream);
+    const Fn fn = find(act, p, v);
+    return fn == nullptr ? cudaErrorInvalidValue : fn(p, pdl, stream);
   }
 };
 

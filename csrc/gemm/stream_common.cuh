@@ -1,0 +1,80 @@
+// Pieces shared by the register-stream skinny kernels (nvfp4_stream_kernel.cuh,
+// fp8_stream_kernel.cuh): the load forms, the zero activation row of rows at or past M, the
+// activation row pointers, and the register cap of their blocks. Torch-free.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/nvfp4.cuh"  // QWEN38_HW_E2M1
+
+namespace qwen38::gemm {
+
+constexpr int kStreamMaxK = 17408;    // the zero row's length (the largest served K)
+
+// K zeros: the activation row of the tile rows at or past M (16-byte aligned; static storage is
+// zero-initialized at module load and never written). One copy per translation unit that includes
+// this header (the two stream kernels' units and the lab).
+static __device__ __align__(16) uint16_t g_stream_zero_row[kStreamMaxK];
+
+namespace stream {
+
+// 16 bytes of weights: read-only, no L1 allocation (read once), a miss fills the aligned 256 bytes
+// into L2 (the next steps of the row hit L2 and DRAM sees longer runs).
+__device__ __forceinline__ uint4 load_w(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t load_scale2(const uint8_t* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load_x(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+}  // namespace stream
+
+// Blocks per SM the register allocation must allow: 256-thread blocks are held to 128 registers
+// on sm_90a (two blocks per SM; the lab measured 20-40% faster than one block of up to 152
+// registers at 1..16 rows, benchmarks/results/h200/NOTES.md). The hardware-decode build (sm_120+,
+// GB10: 230 GB/s over 48 SMs, few bytes in flight needed per SM) keeps the compiler's choice: its
+// decode needs a few more registers and would spill under the cap.
+// 17..32 rows (MT 2) hold twice the A fragments and accumulators and would spill under the cap.
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) 1
+#else
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) ((KSPLIT) >= 8 && (MT) == 1 ? 2 : 1)
+#endif
+
+namespace stream {
+
+// The activation row pointers of the A tiles' 8-row halves (rows g + 8h; rows at or past m read
+// the zero row instead: no predicated loads), at element `off` of the row.
+template <typename T, int kH>
+__device__ __forceinline__ void activation_rows(const T* (&xr)[kH], const void* x, int64_t m, int64_t x_stride, int g,
+                                                int off) {
+  const T* x0 = static_cast<const T*>(x);
+  const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < m ? x0 + (g + 8 * h) * x_stride : zero) + off;
+}
+
+// Every element of a float array of any shape (accumulators) to zero.
+template <typename A>
+__device__ __forceinline__ void zero_fill(A& a) {
+  float* f = reinterpret_cast<float*>(&a);
+#pragma unroll
+  for (int i = 0; i < int(sizeof(A) / sizeof(float)); ++i) f[i] = 0.0f;
+}
+
+}  // namespace stream
+
+}  // namespace qwen38::gemm
