@@ -14,6 +14,11 @@ Providers:
                    A peer for speed only: its rounding points differ from the contract.
   qwen38 v4 shape  the fused op with QWEN38_NORM_STREAM=0 (the v4 launch shapes; same bits): the A/B
   eager_reference  qwen38_kernels.reference.<op> on CUDA tensors (the contract, op by op)
+  limit: copy of the same bytes
+                   not a peer: a 16-byte Triton copy (qwen38_kernels.bench.copy_bytes) of as many
+                   bytes as the op streams in and out (rms_norm, add_rms_norm: they write as many as
+                   they read), over the same number of rotating copies: the bound a 1:1 stream meets
+                   on this GPU at this size. Not timed for rms_norm_gated (2:1 read:write).
 bytes = everything a call must read (activations, residual, gate, weight) plus write (outputs).
 Writes norm.json / norm.meta.json / norm.md / norm.png (qwen38_kernels.bench.write_results).
 """
@@ -94,6 +99,16 @@ def _v4_shape(fn):
     return call
 
 
+def _copy_limit(elems: Callable[..., int]):
+    """The "limit: copy of the same bytes" provider: ``elems(*args)`` bf16 elements read (as many
+    written); prep makes a fresh contiguous source and a destination per rotating copy."""
+    def prep(*args):
+        n = elems(*args)
+        return torch.empty(n, dtype=DTYPE, device="cuda").normal_(), torch.empty(n, dtype=DTYPE, device="cuda")
+
+    return prep, lambda src, dst: bench.copy_bytes(dst, src)
+
+
 def cases() -> list[Case]:
     def q_slice(m):
         # q of q_proj's per-head [q | gate] output: a strided view, as the model feeds the q norm
@@ -110,6 +125,7 @@ def cases() -> list[Case]:
                  "qwen38 v4 shape": (_same, _v4_shape(lambda x, w: q.rms_norm(x, w, EPS, True))),
                  "F.rms_norm": (lambda x, w: (x, _one_plus(w)), lambda x, w1: F.rms_norm(x, (H,), w1, EPS)),
                  "eager_reference": (_same, lambda x, w: ref.rms_norm(x, w, EPS, True)),
+                 "limit: copy of the same bytes": _copy_limit(lambda x, w: x.numel()),
              }),
         Case("rms_norm", f"{Q_HEADS}x{HEAD_DIM} q slice",
              make=q_slice,
@@ -122,6 +138,7 @@ def cases() -> list[Case]:
                  "F.rms_norm": (lambda x, w: (x, _one_plus(w)),
                                 lambda x, w1: F.rms_norm(x, (HEAD_DIM,), w1, EPS)),
                  "eager_reference": (_same, lambda x, w: ref.rms_norm(x, w, EPS, True)),
+                 "limit: copy of the same bytes": _copy_limit(lambda x, w: x.numel()),
              }),
         Case("add_rms_norm", f"{H}",
              make=lambda m: (_randn(m, H), _randn(m, H), _randn(H)),
@@ -133,6 +150,7 @@ def cases() -> list[Case]:
                  "qwen38 v4 shape": (_same, _v4_shape(lambda x, r, w: q.add_rms_norm(x, r, w, EPS, True))),
                  "F.rms_norm": (lambda x, r, w: (x, r, _one_plus(w)), _add_then_norm),
                  "eager_reference": (_same, lambda x, r, w: ref.add_rms_norm(x, r, w, EPS, True)),
+                 "limit: copy of the same bytes": _copy_limit(lambda x, r, w: x.numel() + r.numel()),
              }),
         Case("rms_norm_gated", f"{V_HEADS}x{V_DIM}",
              make=lambda m: (_randn(m, V_HEADS, V_DIM), _randn(m, V_HEADS, V_DIM), _randn(V_DIM)),

@@ -217,6 +217,39 @@ def _triton_copy_kernel():
     return copy
 
 
+def _triton_masked_copy_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def copy(src, dst, n, BLOCK: tl.constexpr):
+        # Program p copies src[p*BLOCK : (p+1)*BLOCK] (fp32, the tail masked) with 16-byte accesses.
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    return copy
+
+
+def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy the contiguous ``src`` into ``dst`` (same number of bytes, a multiple of 16) with the
+    16-byte Triton copy of :func:`measure_copy_ceiling`: a benchmark's "limit: copy of the same bytes",
+    what a stream that reads and writes those bytes reaches at that size (ramp-up and drain included)."""
+    nbytes = src.numel() * src.element_size()
+    if not (src.is_contiguous() and dst.is_contiguous() and nbytes % 16 == 0
+            and dst.numel() * dst.element_size() == nbytes):
+        raise ValueError(f"copy_bytes: contiguous tensors of the same size (a multiple of 16 bytes) expected, "
+                         f"got src {tuple(src.shape)} {src.dtype}, dst {tuple(dst.shape)} {dst.dtype}")
+    global _MASKED_COPY
+    if _MASKED_COPY is None:
+        _MASKED_COPY = _triton_masked_copy_kernel()
+    n, block = nbytes // 4, 4096
+    _MASKED_COPY[((n + block - 1) // block,)](src.view(torch.float32), dst.view(torch.float32), n,
+                                              BLOCK=block, num_warps=4)
+
+
+_MASKED_COPY = None
+
+
 def measure_copy_ceiling(nbytes: int = 1 << 30, *, repeats: int = 9) -> Bandwidth:
     """Device-to-device copy bandwidth in GB/s, read + write counted (graph-timed): what a stream
     that reads and writes as many bytes (1:1) reaches on this GPU. A Triton copy with 16-byte loads
@@ -301,9 +334,14 @@ def _fmt_us(us: float) -> str:
     return f"{us:.2f}" if us < 10 else f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
+LIMIT_PREFIX = "limit: "  # a provider named so is a bound timed for comparison (a copy), not a peer
+
+
 def _best_peer(rows: dict[str, Record], ours: str) -> Record | None:
-    """The fastest provider that is not ours (variants of ours, named "<ours> ...", are not peers)."""
-    peers = [r for p, r in rows.items() if p != ours and not p.startswith(ours + " ")]
+    """The fastest provider that is not ours (variants of ours, named "<ours> ...", are not peers,
+    nor are the limits, named "limit: ...")."""
+    peers = [r for p, r in rows.items()
+             if p != ours and not p.startswith(ours + " ") and not p.startswith(LIMIT_PREFIX)]
     return min(peers, key=lambda r: r.us) if peers else None
 
 
@@ -321,8 +359,9 @@ def markdown_report(records: Sequence[Record], bench_name: str, meta: dict[str, 
                     ours: str = "qwen38", baseline: str = "cuBLAS bf16") -> str:
     """Markdown: the meta as a list, then per op a table with one row per (shape, M), per provider
     us and GB/s (% of ceiling) (TFLOP/s instead for an op whose records all carry one), ``ours``'s
-    speedup over the fastest other provider, and, when the op has ``baseline`` records, ``ours``'s
-    throughput as a multiple of the baseline's (baseline us / ours us)."""
+    speedup over the fastest other provider, when the op has ``baseline`` records ``ours``'s
+    throughput as a multiple of the baseline's (baseline us / ours us), and per limit provider
+    ("limit: ...", not a peer) ``ours``'s speed as a percentage of the limit's (limit us / ours us)."""
     providers = _unique(r.provider for r in records)
     lines = [f"# {bench_name} on {meta.get('device', meta.get('gpu', 'unknown device'))}", ""]
     for k, v in meta.items():
@@ -342,6 +381,8 @@ def markdown_report(records: Sequence[Record], bench_name: str, meta: dict[str, 
         head.append(f"{ours} speedup vs best peer")
         if has_base:
             head.append(f"{ours} vs {baseline}")
+        limits = [p for p in op_providers if p.startswith(LIMIT_PREFIX)]
+        head += [f"{ours} speed as % of the {p[len(LIMIT_PREFIX):]}" for p in limits]
         lines += ["", f"## {op}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for (op_k, shape, m), rows in groups.items():
             if op_k != op:
@@ -358,6 +399,9 @@ def markdown_report(records: Sequence[Record], bench_name: str, meta: dict[str, 
             if has_base:
                 base = rows.get(baseline)
                 cells.append(f"{base.us / mine.us:.2f}x" if base and mine else "-")
+            for p in limits:
+                lim = rows.get(p)
+                cells.append(f"{100.0 * lim.us / mine.us:.0f}%" if lim and mine else "-")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

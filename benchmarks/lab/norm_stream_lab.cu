@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lab_common.cuh"
@@ -46,6 +47,105 @@ __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
     if (HINT & 2) __stcs(dst + i, u);
     else dst[i] = u;
   }
+}
+
+// The same copy with U loads per thread in flight before the stores (the Triton copy of the bench
+// keeps 8): is the 1:1 limit the DRAM read/write mix or the bytes in flight?
+template <int U>
+__global__ void copy_unrolled_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride * U) {
+    uint4 u[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) u[j] = i + j * stride < n ? __ldcs(src + i + j * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+      if (i + j * stride < n) __stcs(dst + i + j * stride, u[j]);
+  }
+}
+
+// The streaming read with U loads per thread in flight (the lab's ceiling kernel keeps one).
+template <int U>
+__global__ void read_unrolled_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += stride * U) {
+    uint4 u[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) u[j] = i + j * stride < n ? __ldcs(p + i + j * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < U; ++j) acc ^= u[j].x ^ u[j].y ^ u[j].z ^ u[j].w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// Writes alone (16-byte stores): the write bandwidth.
+__global__ void write_kernel(uint4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    __stcs(dst + i, make_uint4(unsigned(i), 0, 0, 0));
+}
+
+// A bulk-copy (TMA, cp.async.bulk) copy: one thread per block moves CHUNK-byte pieces global ->
+// shared -> global through a ring of STAGES buffers (loads complete on an mbarrier, stores are bulk
+// groups whose smem reads must finish before a buffer is refilled). Does the copy engine's access
+// pattern beat 16-byte LDG/STG on the read/write mix? LOAD_ONLY: the loads alone (bulk read).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int CHUNK, int STAGES, bool LOAD_ONLY>
+__global__ void __launch_bounds__(32) bulk_copy_kernel(const char* __restrict__ src, char* __restrict__ dst,
+                                                       size_t bytes) {
+  extern __shared__ __align__(128) char ring[];
+  __shared__ __align__(8) uint64_t bar[STAGES];
+  if (threadIdx.x != 0) return;
+  const size_t nchunks = bytes / CHUNK;
+  if (blockIdx.x >= nchunks) return;
+  const size_t mine = (nchunks - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  for (int s = 0; s < STAGES; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+  auto load = [&](size_t j) {
+    const int s = int(j % STAGES);
+    const char* g = src + (blockIdx.x + j * gridDim.x) * size_t(CHUNK);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar[s])), "r"(CHUNK)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(ring + s * CHUNK)),
+        "l"(g), "r"(CHUNK), "r"(smem_u32(&bar[s]))
+        : "memory");
+  };
+  auto wait = [&](size_t j) {
+    const int s = int(j % STAGES);
+    const uint32_t parity = uint32_t(j / STAGES) & 1u;
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+          : "=r"(done)
+          : "r"(smem_u32(&bar[s])), "r"(parity)
+          : "memory");
+    }
+  };
+  for (size_t j = 0; j < mine && j < size_t(STAGES); ++j) load(j);
+  for (size_t j = 0; j < mine; ++j) {
+    wait(j);
+    if (LOAD_ONLY) {
+      if (j + STAGES < mine) load(j + STAGES);
+      continue;
+    }
+    char* g = dst + (blockIdx.x + j * gridDim.x) * size_t(CHUNK);
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(g),
+                 "r"(smem_u32(ring + int(j % STAGES) * CHUNK)), "r"(CHUNK)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    if (j >= 1 && j - 1 + STAGES < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      load(j - 1 + STAGES);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 void* dalloc(size_t bytes, uint32_t seed) {
@@ -147,6 +247,27 @@ void run_variant(const Case& c, const char* label, double ceiling, std::vector<u
               gbs, 100.0 * gbs / ceiling, fa.numRegs, per_sm, threads, (long long)grid, bits);
 }
 
+// A 16-byte copy of the same bytes as the case (x -> y; add: x -> y and residual -> residual_out)
+// over the same rotating buffers: what a copy reaches at this size, ramp-up and drain included.
+void run_copy(const Case& c, double ceiling) {
+  if (c.kind == Kind::kGated || c.x_stride != c.hidden) return;
+  const size_t per = size_t(c.rows) * c.hidden * 2;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  auto launch = [&](int i, cudaStream_t s) {
+    const int j = i % c.copies;
+    copy_kernel<2><<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(c.x[j]), static_cast<uint4*>(c.y[j]), per / 16);
+    if (c.kind == Kind::kAddRms)
+      copy_kernel<2><<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(c.res[j]), static_cast<uint4*>(c.res_out[j]),
+                                              per / 16);
+  };
+  const float us = time_graph(std::max(4 * c.copies, 24), launch);
+  CK(cudaGetLastError());
+  const double gbs = c.bytes() / (us * 1e3);
+  std::printf("  %-34s %8.2f us %7.0f GB/s %5.1f%%  (a copy of the same bytes)\n", "copy ld.cg / st.cs", us, gbs,
+              100.0 * gbs / ceiling);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,6 +303,48 @@ int main(int argc, char** argv) {
     copy(std::integral_constant<int, 0>{}, "ld.cg / st");
     copy(std::integral_constant<int, 3>{}, "ld.cs / st.cs");
     copy(std::integral_constant<int, 2>{}, "ld.cg / st.cs");
+    const char* bsrc = static_cast<const char*>(big);
+    char* bdst = static_cast<char*>(big) + half;
+    auto report = [&](const char* label, float us, double moved) {
+      const double gbs = moved / (us * 1e3);
+      std::printf("%-33s %7.0f GB/s (%.1f%% of the read ceiling)\n", label, gbs, 100 * gbs / ceiling);
+    };
+    report("read, 4 loads in flight", time_graph(6, [&](int, cudaStream_t s) {
+      read_unrolled_kernel<4><<<rblocks, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
+    }), double(rb));
+    report("read, 8 loads in flight", time_graph(6, [&](int, cudaStream_t s) {
+      read_unrolled_kernel<8><<<rblocks / 2, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
+    }), double(rb));
+    report("write alone (st.cs)", time_graph(6, [&](int, cudaStream_t s) {
+      write_kernel<<<rblocks, 512, 0, s>>>(reinterpret_cast<uint4*>(bdst), half / 16);
+    }), double(half));
+    report("copy .cs, 4 loads in flight", time_graph(6, [&](int, cudaStream_t s) {
+      copy_unrolled_kernel<4><<<rblocks, 512, 0, s>>>(reinterpret_cast<const uint4*>(bsrc),
+                                                      reinterpret_cast<uint4*>(bdst), half / 16);
+    }), 2.0 * half);
+    report("copy .cs, 8 loads in flight", time_graph(6, [&](int, cudaStream_t s) {
+      copy_unrolled_kernel<8><<<rblocks / 2, 512, 0, s>>>(reinterpret_cast<const uint4*>(bsrc),
+                                                          reinterpret_cast<uint4*>(bdst), half / 16);
+    }), 2.0 * half);
+    auto bulk = [&](auto chunk, auto stages, auto load_only, int per_sm, const char* label) {
+      constexpr int kC = decltype(chunk)::value, kS = decltype(stages)::value;
+      constexpr bool kL = decltype(load_only)::value;
+      auto kernel = bulk_copy_kernel<kC, kS, kL>;
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kC * kS));
+      const unsigned grid = unsigned(prop.multiProcessorCount * per_sm);
+      const size_t n = kL ? rb : half;
+      report(label, time_graph(6, [&](int, cudaStream_t s) {
+        kernel<<<grid, 32, kC * kS, s>>>(bsrc, bdst, n);
+      }), kL ? double(n) : 2.0 * n);
+    };
+    using std::integral_constant;
+    bulk(integral_constant<int, 16384>{}, integral_constant<int, 4>{}, std::true_type{}, 2, "bulk read 16K x4, 2/SM");
+    bulk(integral_constant<int, 16384>{}, integral_constant<int, 6>{}, std::true_type{}, 2, "bulk read 16K x6, 2/SM");
+    bulk(integral_constant<int, 16384>{}, integral_constant<int, 4>{}, std::false_type{}, 2, "bulk copy 16K x4, 2/SM");
+    bulk(integral_constant<int, 16384>{}, integral_constant<int, 6>{}, std::false_type{}, 2, "bulk copy 16K x6, 2/SM");
+    bulk(integral_constant<int, 8192>{}, integral_constant<int, 6>{}, std::false_type{}, 4, "bulk copy 8K x6, 4/SM");
+    bulk(integral_constant<int, 32768>{}, integral_constant<int, 6>{}, std::false_type{}, 1, "bulk copy 32K x6, 1/SM");
+    bulk(integral_constant<int, 10240>{}, integral_constant<int, 8>{}, std::false_type{}, 2, "bulk copy 10K(row) x8, 2/SM");
   }
   CK(cudaFree(big));
 
@@ -190,6 +353,7 @@ int main(int argc, char** argv) {
   {
     Case c = make_case("rms_norm 5120", Kind::kRms, m, 5120, 5120, l2);
     std::vector<uint8_t> ref;
+    run_copy(c, ceiling);
     run_variant<Kind::kRms, 32, 10, 1, false, 0>(c, "spw10 depth1 (v5)", ceiling, ref);
     run_variant<Kind::kRms, 32, 10, 1, true, 3>(c, "spw10 roll .cs (v6)", ceiling, ref);
     run_variant<Kind::kRms, 32, 10, 1, true, 0>(c, "spw10 roll", ceiling, ref);
@@ -202,6 +366,7 @@ int main(int argc, char** argv) {
   {
     Case c = make_case("add_rms_norm 5120", Kind::kAddRms, m, 5120, 5120, l2);
     std::vector<uint8_t> ref;
+    run_copy(c, ceiling);
     run_variant<Kind::kAddRms, 32, 5, 1, false, 0>(c, "spw5 depth1 (v5)", ceiling, ref);
     run_variant<Kind::kAddRms, 32, 5, 1, false, 3>(c, "spw5 depth1 .cs (v6)", ceiling, ref);
     run_variant<Kind::kAddRms, 32, 5, 1, true, 0>(c, "spw5 roll", ceiling, ref);

@@ -7,7 +7,7 @@
 // whole kernel. A development tool; benchmarks/bench_nvfp4.py is the measurement of record.
 //
 //   nvcc -std=c++20 -O3 -arch=sm_90a --expt-relaxed-constexpr -diag-suppress 128 -I csrc \
-//        benchmarks/lab/skinny_lab.cu -o skinny_lab && ./skinny_lab [one ROWS | pattern]
+//        benchmarks/lab/skinny_lab.cu -o skinny_lab && ./skinny_lab [one ROWS | pattern | deep | prefetch]
 //
 // Method as the benchmarks: a CUDA graph of launches rotating over weight copies whose total
 // exceeds 3x L2 (cold weights), median of replays; the streaming-read ceiling in the same process.
@@ -103,12 +103,17 @@ __device__ __forceinline__ uint4 ldx(const bf16* p) {
   return v;
 }
 
-template <int MODE, int K, int KS, int NT, int DEPTH, int HALVES, int MINB, int HINT, int LATE, int IL, int QO>
+// PF > 0: every 4 steps each of the first 8 NT lanes asks L2 for 4 steps (256 bytes) of one of the
+// warp's weight rows PF steps ahead with one cp.async.bulk.prefetch.L2 (the next lanes the rows'
+// 32 bytes of scales): the register loads DEPTH steps ahead then find their bytes in L2, and the
+// depth in flight costs no registers. Contiguous k splits only (a warp's steps are adjacent).
+template <int MODE, int K, int KS, int NT, int DEPTH, int HALVES, int MINB, int HINT, int LATE, int IL, int QO,
+          int PF = 0>
 __global__ void __launch_bounds__(32 * KS, MINB) cand_kernel(const LabParams p) {
   using D = nvfp4::PairDecode<bf16>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KS;  // steps per warp (K % (128 KS) == 0)
   constexpr int kRowB = K / 2, kRowS = K / 16;
-  static_assert(kSteps % KS == 0 && kSW >= DEPTH && (!QO || HALVES == 2));
+  static_assert(kSteps % KS == 0 && kSW >= DEPTH && (!QO || HALVES == 2) && (PF == 0 || !IL));
   __shared__ float partial[KS][16][8];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -150,6 +155,23 @@ __global__ void __launch_bounds__(32 * KS, MINB) cand_kernel(const LabParams p) 
     for (int d = 0; d < DEPTH; ++d) {
       if (kSW % DEPTH != 0 && s + d >= kSW) break;
       const int ss = s + d;
+      if constexpr (PF > 0) {
+        if (ss % 4 == 0 && ss + PF < kSW) {
+          const int left = kSW - ss - PF;
+          const int steps = left < 4 ? left : 4;
+#pragma unroll
+          for (int i0 = 0; i0 < 16 * NT; i0 += 32) {
+            // index i < 8 NT: 64 bytes a step of weight row i; 8 NT <= i < 16 NT: 8 bytes a step of its scales
+            const int i = i0 + lane;
+            const bool sc = i >= 8 * NT;
+            const int64_t row = nb + (sc ? i - 8 * NT : i);
+            const uint8_t* a = sc ? p.scale + row * kRowS + 8 * (s0 + ss + PF) : p.w + row * kRowB + 64 * (s0 + ss + PF);
+            const uint32_t bytes = uint32_t(steps) * (sc ? 8u : 64u);
+            if (i < 16 * NT && bytes % 16 == 0)
+              asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
+          }
+        }
+      }
       if constexpr (QO && MODE == 2) {
         // q outer, tiles inner: only word q's A fragments (8 registers) live at a time; the
         // activations of word q + 1 load while word q is decoded
@@ -438,10 +460,11 @@ void run_stream(Case& c, const std::vector<uint8_t>& ref) {
   report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, read_y(c) == ref ? "same bits" : "BITS DIFFER");
 }
 
-template <int MODE, int K, int KS, int NT, int DEPTH, int HALVES, int MINB, int HINT, int LATE = 0, int IL = 0, int QO = 0>
+template <int MODE, int K, int KS, int NT, int DEPTH, int HALVES, int MINB, int HINT, int LATE = 0, int IL = 0, int QO = 0,
+          int PF = 0>
 void run_cand(Case& c, const std::vector<uint8_t>& ref) {
   if (c.k != K) return;
-  auto kernel = cand_kernel<MODE, K, KS, NT, DEPTH, HALVES, MINB, HINT, LATE, IL, QO>;
+  auto kernel = cand_kernel<MODE, K, KS, NT, DEPTH, HALVES, MINB, HINT, LATE, IL, QO, PF>;
   auto params = [&](int i) {
     LabParams p;
     p.x = c.x;
@@ -473,8 +496,10 @@ void run_cand(Case& c, const std::vector<uint8_t>& ref) {
   static const char* modes[] = {"loads", "loads+decode", "full"};
   static const char* hints[] = {"nc", "L1na.L2:256", "L1na.L2:128", "cs.L2:256"};
   char label[96];
-  std::snprintf(label, sizeof label, "%s ks%d nt%d d%d h%d minb%d %s%s%s%s", modes[MODE], KS, NT, DEPTH, HALVES, MINB,
-                hints[HINT], LATE ? " late" : "", IL ? " interleaved" : "", QO ? " q-outer" : "");
+  char pf[16] = "";
+  if (PF) std::snprintf(pf, sizeof pf, " pf%d", PF);
+  std::snprintf(label, sizeof label, "%s ks%d nt%d d%d h%d minb%d %s%s%s%s%s", modes[MODE], KS, NT, DEPTH, HALVES, MINB,
+                hints[HINT], LATE ? " late" : "", IL ? " interleaved" : "", QO ? " q-outer" : "", pf);
   report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, bits);
 }
 
@@ -527,6 +552,91 @@ int main(int argc, char** argv) {
     run_cand<0, 5120, 8, 2, 5, 1, 1, 1, 0, 1>(c, ref);
     run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
     free_case(c);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "deep") == 0) {
+    // the whole kernel with the pattern mode's winners: interleaved k splits, 3-4 steps of weights
+    // in flight, 8-16 warps per SM (other bits than the ring kernel: a candidate for the next
+    // version, with the ring and stream kernels moved to the same order)
+    for (int m : {1, 16}) {
+      Case c = make_case(34816, 5120, m, l2);
+      std::printf("34816x5120, %d rows (%d copies)\n", m, c.copies);
+      std::vector<uint8_t> ref;
+      run_landed<2, 4>(c, ref);
+      run_stream<5120, 2, 4>(c, ref);
+      run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<2, 5120, 4, 4, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 0, 1>(c, ref);
+      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
+      run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 1, 1, 0>(c, ref);
+      run_cand<2, 5120, 2, 4, 4, 2, 6, 1, 1, 1, 0>(c, ref);
+      run_cand<2, 5120, 4, 2, 6, 2, 4, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 4, 2, 4, 2, 4, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 2, 4, 4, 2, 4, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 5120, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+      free_case(c);
+    }
+    for (int m : {1, 16}) {
+      Case c = make_case(5120, 17408, m, l2);
+      std::printf("5120x17408, %d rows (%d copies)\n", m, c.copies);
+      std::vector<uint8_t> ref;
+      run_landed<8, 2>(c, ref);
+      run_stream<17408, 8, 4>(c, ref);
+      run_cand<0, 17408, 8, 2, 4, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<2, 17408, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 17408, 8, 2, 4, 2, 1, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 17408, 8, 4, 3, 2, 1, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 17408, 8, 2, 6, 2, 1, 1, 0, 1, 1>(c, ref);
+      run_cand<2, 17408, 8, 4, 4, 2, 1, 1, 1, 1, 0>(c, ref);
+      run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
+      free_case(c);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "prefetch") == 0) {
+    // the landed stream kernel's candidate (contiguous splits: the ring kernel's bits) with bulk L2
+    // prefetches PF steps ahead of the register loads
+    for (int m : {1, 16}) {
+      Case c = make_case(34816, 5120, m, l2);
+      std::printf("34816x5120, %d rows (%d copies)\n", m, c.copies);
+      std::vector<uint8_t> ref;
+      run_landed<2, 4>(c, ref);
+      run_stream<5120, 2, 4>(c, ref);
+      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
+      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 12>(c, ref);
+      run_cand<2, 5120, 2, 2, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+      run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
+      run_cand<0, 5120, 2, 4, 2, 1, 1, 1, 0, 0, 0, 8>(c, ref);
+      free_case(c);
+    }
+    for (int m : {1, 16}) {
+      Case c = make_case(5120, 17408, m, l2);
+      std::printf("5120x17408, %d rows (%d copies)\n", m, c.copies);
+      std::vector<uint8_t> ref;
+      run_landed<8, 2>(c, ref);
+      run_stream<17408, 8, 4>(c, ref);
+      run_cand<2, 17408, 8, 2, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+      free_case(c);
+    }
+    for (int m : {1, 16}) {
+      Case c = make_case(6144, 5120, m, l2);
+      std::printf("6144x5120, %d rows (%d copies)\n", m, c.copies);
+      std::vector<uint8_t> ref;
+      run_landed<8, 2>(c, ref);
+      run_stream<5120, 8, 4>(c, ref);
+      run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+      run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+      free_case(c);
+    }
     return 0;
   }
   const int rows[] = {1, 8, 16};
