@@ -12,6 +12,10 @@ Providers:
   cuBLAS bf16+cast   ``F.linear(x, w).float()``: bf16 logits (rounded) cast to fp32, the usual head
   cuBLAS fp32 out    ``torch.mm(x, w.t(), out_dtype=torch.float32)`` where this torch has it (the same
                      contract as ours: fp32 logits, no bf16 rounding); skipped with a note otherwise
+  qwen38 argmax ring32 off / qwen38 ring32 on
+                     head_argmax with QWEN38_HEAD_RING32=0 (17..32 rows: the register prefetch at one
+                     block per SM) and head_logits with QWEN38_HEAD_RING32=1 (through the ring at two
+                     blocks per SM); same bits, timed at 17..32 rows only: the A/B of that knob
 bytes = the weight (2 V K), the activations (2 M K) and the output the provider writes (fp32 4 M V;
 bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax: 12 M).
 One weight copy already exceeds L2 many times over, so every call reads it cold.
@@ -27,7 +31,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from qwen38_kernels import bench  # the package import registers torch.ops.qwen38
+from qwen38_kernels import bench, knobs  # the package import registers torch.ops.qwen38
 
 OP = "head"
 DEVICE = "cuda"
@@ -48,6 +52,16 @@ def _qwen38_argmax(x, w):
     return torch.ops.qwen38.head_argmax(x, w)
 
 
+def _qwen38_argmax_ring32_off(x, w):
+    with knobs.override(QWEN38_HEAD_RING32="0"):  # read at launch, i.e. while the graph is captured
+        return torch.ops.qwen38.head_argmax(x, w)
+
+
+def _qwen38_ring32_on(x, w):
+    with knobs.override(QWEN38_HEAD_RING32="1"):
+        return torch.ops.qwen38.head_logits(x, w)
+
+
 def _cublas_cast(x, w):
     return F.linear(x, w).float()
 
@@ -61,6 +75,7 @@ class Provider:
     name: str
     fn: Callable
     out_bytes: Callable[[int, int], int]  # (M, V) -> bytes written (and re-read) beyond x and w
+    min_rows: int = 1                     # timed from this many rows on
 
 
 PROVIDERS = (
@@ -68,6 +83,8 @@ PROVIDERS = (
     Provider("qwen38 argmax", _qwen38_argmax, lambda m, v: 12 * m),
     Provider("cuBLAS bf16+cast", _cublas_cast, lambda m, v: (2 + 2 + 4) * m * v),
     Provider("cuBLAS fp32 out", _cublas_fp32, lambda m, v: 4 * m * v),
+    Provider("qwen38 argmax ring32 off", _qwen38_argmax_ring32_off, lambda m, v: 12 * m, min_rows=17),
+    Provider("qwen38 ring32 on", _qwen38_ring32_on, lambda m, v: 4 * m * v, min_rows=17),
 )
 
 
@@ -93,6 +110,8 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
         w = torch.randn(v, K, dtype=DTYPE, device=DEVICE) * (K ** -0.5)
         for m in bench.progress(rows, f"bench_head {label}"):
             for prov in PROVIDERS:
+                if m < prov.min_rows:
+                    continue
                 try:
                     base = bench.rotating_copies(
                         lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE), w if i == 0 else w.clone()),

@@ -204,6 +204,28 @@ def test_ring_depth_gives_the_same_bits(m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [17, 24, 32])
+@pytest.mark.parametrize("v", [1000, 4099])
+def test_ring32_knob_gives_the_same_bits(m, v):
+    """QWEN38_HEAD_RING32 (17..32 rows: the ring at two blocks per SM, or the register prefetch, per
+    op) changes no bit of the logits nor of the greedy winner, and rows still equal their 1-row calls;
+    V = 4099 leaves a partial task."""
+    x, w = _case(m, v, seed=12)
+    with q.knobs.override(QWEN38_HEAD_RING32="0"):
+        y = OPS.head_logits(x, w)
+        idx, val = OPS.head_argmax(x, w)
+    for ring in ("", "argmax", "1"):
+        with q.knobs.override(QWEN38_HEAD_RING32=ring):
+            yr = OPS.head_logits(x, w)
+            qt.assert_bitwise_equal(yr, y, f"ring32 {ring!r}")
+            ir, vr = OPS.head_argmax(x, w)
+            qt.assert_bitwise_equal(ir, idx, f"ring32 {ring!r} argmax index")
+            qt.assert_bitwise_equal(vr, val, f"ring32 {ring!r} argmax logit")
+    for r in (0, m - 1):
+        qt.assert_bitwise_equal(yr[r:r + 1], OPS.head_logits(x[r:r + 1], w), f"row {r} against its 1-row call")
+
+
+@pytest.mark.gpu
 def test_wrappers_call_the_ops():
     x, w = _case(2, 100, 64, seed=10)
     qt.assert_bitwise_equal(q.head_logits(x, w), OPS.head_logits(x, w), "head_logits wrapper")

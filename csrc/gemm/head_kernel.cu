@@ -1,5 +1,6 @@
 // Instantiations, launch shape and launch of the output-head kernels (see head_kernel.cuh).
 #include <cstdlib>
+#include <cstring>
 
 #include "common/launch.cuh"
 #include "gemm/head_kernel.cuh"
@@ -19,25 +20,26 @@ int head_k_split(int64_t k) {
 
 using HeadFn = void (*)(const HeadParams);
 
-template <typename T, int MT, bool ARGMAX>
+template <typename T, int MT, bool ARGMAX, bool RING = MT == 1, int MINB = 1>
 HeadFn pick_split(int ksplit) {
   switch (ksplit) {
-    case 1: return head_kernel<T, MT, 1, ARGMAX>;
-    case 2: return head_kernel<T, MT, 2, ARGMAX>;
-    case 4: return head_kernel<T, MT, 4, ARGMAX>;
-    default: return head_kernel<T, MT, 8, ARGMAX>;
+    case 1: return head_kernel<T, MT, 1, ARGMAX, RING, MINB>;
+    case 2: return head_kernel<T, MT, 2, ARGMAX, RING, MINB>;
+    case 4: return head_kernel<T, MT, 4, ARGMAX, RING, MINB>;
+    default: return head_kernel<T, MT, 8, ARGMAX, RING, MINB>;
   }
 }
 
-template <typename T>
-HeadFn pick_kernel(int64_t m, int ksplit, bool argmax) {
-  if (m <= 16) return argmax ? pick_split<T, 1, true>(ksplit) : pick_split<T, 1, false>(ksplit);
-  return argmax ? pick_split<T, 2, true>(ksplit) : pick_split<T, 2, false>(ksplit);
+template <typename T, bool ARGMAX>
+HeadFn pick_kernel(int64_t m, int ksplit, bool ring) {
+  if (m <= 16) return pick_split<T, 1, ARGMAX>(ksplit);
+  return ring ? pick_split<T, 2, ARGMAX, true, 2>(ksplit) : pick_split<T, 2, ARGMAX, false, 1>(ksplit);
 }
 
-HeadFn head_fn(Act act, int64_t m, int ksplit, bool argmax) {
-  return act == Act::kBF16 ? pick_kernel<__nv_bfloat16>(m, ksplit, argmax)
-                           : pick_kernel<__half>(m, ksplit, argmax);
+HeadFn head_fn(Act act, int64_t m, int ksplit, bool argmax, bool ring) {
+  if (act == Act::kBF16)
+    return argmax ? pick_kernel<__nv_bfloat16, true>(m, ksplit, ring) : pick_kernel<__nv_bfloat16, false>(m, ksplit, ring);
+  return argmax ? pick_kernel<__half, true>(m, ksplit, ring) : pick_kernel<__half, false>(m, ksplit, ring);
 }
 
 }  // namespace
@@ -47,7 +49,16 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
   plan->blocks = 0;
   if (m <= 0 || v <= 0) return cudaSuccess;
   if (m > kHeadMaxRows) return cudaErrorInvalidValue;
-  const HeadFn fn = head_fn(act, m, plan->ksplit, argmax);
+  // 17..32 rows (QWEN38_HEAD_RING32): head_argmax through the ring at two blocks per SM, head_logits
+  // with the register prefetch ("argmax", the default); "1": both through the ring; "0": neither.
+  // Measured on the H200 (same run, 248320 x 5120): argmax 683-848 us at 17..32 rows through the
+  // ring against 893-958; logits through the ring 1012-1020 us at 17..22 rows (823-915 with the
+  // register prefetch; not understood: the argmax kernel, the same code without the logit stores,
+  // has no such step), 823-864 from 26 rows on.
+  const char* r32 = std::getenv("QWEN38_HEAD_RING32");
+  const bool all = r32 != nullptr && std::strcmp(r32, "1") == 0, none = r32 != nullptr && std::strcmp(r32, "0") == 0;
+  plan->ring = m <= 16 || all || (argmax && !none);
+  HeadFn fn = head_fn(act, m, plan->ksplit, argmax, plan->ring);
   int dev = 0, sms = 0, per_sm = 0;
   size_t room = 0;  // dynamic shared memory a block of fn may use (the attribute is raised to it)
   cudaError_t err = cudaGetDevice(&dev);
@@ -57,9 +68,26 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, Hea
   // 1..16 rows: the deepest ring (up to `cap` steps) that fits a block next to the kernel's static
   // shared memory (QWEN38_HEAD_DEPTH=2..4 sets the cap, for A/B timing: the depth changes no bit).
   // Default 2: with one step in flight two blocks fit an SM (16 warps), measured best at 16 rows
-  // and equal at 1. The 17..32-row kernel has no ring.
+  // and equal at 1. 17..32 rows: the deepest ring of 4..2 steps at which two blocks still fit an SM
+  // (the H200: 2, the partials of 32 rows taking 40 KB a block); none: the register prefetch.
   plan->depth = 2;
   plan->smem = 0;
+  if (m > 16 && plan->ring) {
+    plan->depth = 0;
+    for (int d = 4; d >= 2 && plan->depth == 0; --d) {
+      const size_t bytes = head_ring_bytes(d, plan->ksplit);
+      if (bytes > room) continue;
+      if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * plan->ksplit, bytes))) return err;
+      if (per_sm >= 2) plan->depth = d;
+    }
+    if (plan->depth != 0) {
+      plan->smem = head_ring_bytes(plan->depth, plan->ksplit);
+    } else {
+      plan->ring = false;
+      plan->depth = 2;
+      fn = head_fn(act, m, plan->ksplit, argmax, false);
+    }
+  }
   if (m <= 16) {
     int cap = 2;
     if (const char* e = std::getenv("QWEN38_HEAD_DEPTH"); e != nullptr && *e >= '2' && *e <= '4' && e[1] == '\0')
@@ -85,7 +113,7 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   if (params.m > kHeadMaxRows) return cudaErrorInvalidValue;
   HeadParams p = params;
   p.depth = plan.depth;
-  const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax);
+  const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax, p.m <= 16 || plan.ring);
   cudaError_t err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), plan.smem, stream, pdl, p);
   if (err != cudaSuccess || !argmax) return err;
   return launch_kernel(head_argmax_finish, dim3(unsigned(p.m)), dim3(32), 0, stream, pdl, p, plan.blocks);

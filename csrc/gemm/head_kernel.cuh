@@ -108,9 +108,20 @@ __device__ __forceinline__ void head_warp_best(float& v, int32_t& i) {
   }
 }
 
-// T: x/w type; MT: m16 row tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block.
-template <typename T, int MT, int KSPLIT, bool ARGMAX>
-__global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p) {
+// The register cap of two blocks per SM (the 17..32-row ring) where such blocks can fit: sm_12x's
+// 99 KB of shared memory never holds two (head_plan checks the occupancy and takes the register
+// prefetch), so its build is not capped (capped, it spilled 16 bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define QWEN38_HEAD_MIN_BLOCKS(MINB) 1
+#else
+#define QWEN38_HEAD_MIN_BLOCKS(MINB) (MINB)
+#endif
+
+// T: x/w type; MT: m16 row tiles (1: rows 1..16, 2: rows 17..32); KSPLIT: warps per block; RING:
+// the weights through the per-thread cp.async ring (else the one-step register prefetch); MINB:
+// blocks per SM the registers must allow. RING and MINB change no sum.
+template <typename T, int MT, int KSPLIT, bool ARGMAX, bool RING = MT == 1, int MINB = 1>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_HEAD_MIN_BLOCKS(MINB)) head_kernel(const HeadParams p) {
   constexpr int NT = kHeadTiles, G = kHeadGroups, ROWS = MT * 16;
   __shared__ float partial[KSPLIT][ROWS][kHeadPitch];
   __shared__ float run_val[ARGMAX ? ROWS : 1];
@@ -132,10 +143,11 @@ __global__ void __launch_bounds__(32 * KSPLIT, 1) head_kernel(const HeadParams p
     }
   }
 
-  // 1..16 rows stream the weights through the ring; 17..32 rows (MT 2: twice the accumulators and
-  // activation registers, one block per SM) keep the one-step register prefetch, measured faster
-  // there (the ring: 1161 us at 32 rows, against 945).
-  constexpr bool kRing = MT == 1;
+  // 1..16 rows stream the weights through the ring at two blocks per SM. So does head_argmax at
+  // 17..32 rows where two blocks with a ring fit an SM (MT 2 capped at 128 registers); head_logits
+  // at 17..32 rows, and every 17..32-row call where two such blocks do not fit (sm_121a's 99 KB),
+  // keep the one-step register prefetch at one block per SM (head_plan has the measurements).
+  constexpr bool kRing = RING;
 
   // The ring: slot d holds one step, chunk (j, i) at ring[(d NT G + j G + i) threads + thread].
   extern __shared__ uint4 ring_mem[];

@@ -30,8 +30,12 @@ struct HeadParams {
 struct HeadPlan {
   int ksplit = 1;
   int blocks = 0;
-  int depth = 2;     // weight ring depth: the deepest of 4, 3, 2 whose shared memory fits a block
+  int depth = 2;     // weight ring depth (1..16 rows: the deepest of the cap..2 whose shared memory
+                     // fits a block; 17..32 rows: the deepest of 4..2 at which two blocks fit an SM)
   size_t smem = 0;   // its dynamic shared memory
+  bool ring = true;  // the weights through the ring (1..16 rows always; 17..32 rows: head_argmax
+                     // where two blocks with a ring fit an SM, QWEN38_HEAD_RING32; else the one-step
+                     // register prefetch)
 };
 
 // m: rows of one launch (1..kHeadMaxRows). Queries the current device (SM count, occupancy).
