@@ -503,6 +503,17 @@ void run_cand(Case& c, const std::vector<uint8_t>& ref) {
   report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, bits);
 }
 
+// One case of a mode: make it, print its header, run `body(c, ref)` (the first full run writes
+// the bits reference), free it.
+template <typename F>
+void with_case(int n, int k, int m, size_t l2, F&& body) {
+  Case c = make_case(n, k, m, l2);
+  std::printf("%dx%d, %d rows (%d copies)\n", n, k, m, c.copies);
+  std::vector<uint8_t> ref;
+  body(c, ref);
+  free_case(c);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -534,160 +545,134 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "pattern") == 0) {
     // the loads alone (mode 0), 1 row: does the 8-rows x 64-byte pattern or the bytes in flight
     // cap them (~78% of the ceiling at depth 2)? Deeper rings with nothing else live, contiguous
-    // and interleaved k splits, 2 and 4 tiles per warp (not yet run: NOTES.md, session 6)
-    Case c = make_case(34816, 5120, 1, l2);
-    std::printf("34816x5120, 1 row (%d copies), loads only\n", c.copies);
-    std::vector<uint8_t> ref;
-    run_landed<2, 4>(c, ref);
-    run_cand<0, 5120, 2, 4, 2, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 2, 4, 4, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 2, 2, 4, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 2, 2, 8, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 4, 2, 4, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 4, 2, 8, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 4, 2, 4, 1, 1, 1, 0, 1>(c, ref);
-    run_cand<0, 5120, 4, 2, 8, 1, 1, 1, 0, 1>(c, ref);
-    run_cand<0, 5120, 8, 1, 5, 1, 1, 1>(c, ref);
-    run_cand<0, 5120, 8, 1, 5, 1, 1, 1, 0, 1>(c, ref);
-    run_cand<0, 5120, 8, 2, 5, 1, 1, 1, 0, 1>(c, ref);
-    run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
-    free_case(c);
+    // and interleaved k splits, 2 and 4 tiles per warp (session 7: skinny_lab_4_pattern.txt)
+    with_case(34816, 5120, 1, l2, [&](Case& c, std::vector<uint8_t>& ref) {  // loads only
+      run_landed<2, 4>(c, ref);
+      run_cand<0, 5120, 2, 4, 2, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 2, 4, 4, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 2, 2, 4, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 2, 2, 8, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 4, 2, 4, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 4, 2, 8, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 4, 2, 4, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<0, 5120, 4, 2, 8, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<0, 5120, 8, 1, 5, 1, 1, 1>(c, ref);
+      run_cand<0, 5120, 8, 1, 5, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<0, 5120, 8, 2, 5, 1, 1, 1, 0, 1>(c, ref);
+      run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
+    });
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "deep") == 0) {
     // the whole kernel with the pattern mode's winners: interleaved k splits, 3-4 steps of weights
     // in flight, 8-16 warps per SM (other bits than the ring kernel: a candidate for the next
     // version, with the ring and stream kernels moved to the same order)
-    for (int m : {1, 16}) {
-      Case c = make_case(34816, 5120, m, l2);
-      std::printf("34816x5120, %d rows (%d copies)\n", m, c.copies);
-      std::vector<uint8_t> ref;
-      run_landed<2, 4>(c, ref);
-      run_stream<5120, 2, 4>(c, ref);
-      run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
-      run_cand<2, 5120, 4, 4, 4, 2, 2, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 0, 1>(c, ref);
-      run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
-      run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 1, 1, 0>(c, ref);
-      run_cand<2, 5120, 2, 4, 4, 2, 6, 1, 1, 1, 0>(c, ref);
-      run_cand<2, 5120, 4, 2, 6, 2, 4, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 4, 2, 4, 2, 4, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 2, 4, 4, 2, 4, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 5120, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
-      free_case(c);
-    }
-    for (int m : {1, 16}) {
-      Case c = make_case(5120, 17408, m, l2);
-      std::printf("5120x17408, %d rows (%d copies)\n", m, c.copies);
-      std::vector<uint8_t> ref;
-      run_landed<8, 2>(c, ref);
-      run_stream<17408, 8, 4>(c, ref);
-      run_cand<0, 17408, 8, 2, 4, 1, 1, 1, 0, 1>(c, ref);
-      run_cand<2, 17408, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 17408, 8, 2, 4, 2, 1, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 17408, 8, 4, 3, 2, 1, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 17408, 8, 2, 6, 2, 1, 1, 0, 1, 1>(c, ref);
-      run_cand<2, 17408, 8, 4, 4, 2, 1, 1, 1, 1, 0>(c, ref);
-      run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
-      free_case(c);
-    }
+    for (int m : {1, 16})
+      with_case(34816, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<2, 4>(c, ref);
+        run_stream<5120, 2, 4>(c, ref);
+        run_cand<0, 5120, 4, 4, 4, 1, 1, 1, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
+        run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 1, 1, 0>(c, ref);
+        run_cand<2, 5120, 2, 4, 4, 2, 6, 1, 1, 1, 0>(c, ref);
+        run_cand<2, 5120, 4, 2, 6, 2, 4, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 4, 2, 4, 2, 4, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 4, 2, 4, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 5120, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+      });
+    for (int m : {1, 16})
+      with_case(5120, 17408, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<8, 2>(c, ref);
+        run_stream<17408, 8, 4>(c, ref);
+        run_cand<0, 17408, 8, 2, 4, 1, 1, 1, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 4, 2, 2, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 4, 2, 1, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 17408, 8, 4, 3, 2, 1, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 6, 2, 1, 1, 0, 1, 1>(c, ref);
+        run_cand<2, 17408, 8, 4, 4, 2, 1, 1, 1, 1, 0>(c, ref);
+        run_cand<2, 17408, 4, 4, 4, 2, 3, 1, 1, 1, 0>(c, ref);
+      });
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "prefetch") == 0) {
     // the landed stream kernel's candidate (contiguous splits: the ring kernel's bits) with bulk L2
     // prefetches PF steps ahead of the register loads
-    for (int m : {1, 16}) {
-      Case c = make_case(34816, 5120, m, l2);
-      std::printf("34816x5120, %d rows (%d copies)\n", m, c.copies);
-      std::vector<uint8_t> ref;
-      run_landed<2, 4>(c, ref);
-      run_stream<5120, 2, 4>(c, ref);
-      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
-      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
-      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
-      run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 12>(c, ref);
-      run_cand<2, 5120, 2, 2, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
-      run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
-      run_cand<0, 5120, 2, 4, 2, 1, 1, 1, 0, 0, 0, 8>(c, ref);
-      free_case(c);
-    }
-    for (int m : {1, 16}) {
-      Case c = make_case(5120, 17408, m, l2);
-      std::printf("5120x17408, %d rows (%d copies)\n", m, c.copies);
-      std::vector<uint8_t> ref;
-      run_landed<8, 2>(c, ref);
-      run_stream<17408, 8, 4>(c, ref);
-      run_cand<2, 17408, 8, 2, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
-      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
-      run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
-      free_case(c);
-    }
-    for (int m : {1, 16}) {
-      Case c = make_case(6144, 5120, m, l2);
-      std::printf("6144x5120, %d rows (%d copies)\n", m, c.copies);
-      std::vector<uint8_t> ref;
-      run_landed<8, 2>(c, ref);
-      run_stream<5120, 8, 4>(c, ref);
-      run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-      run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
-      free_case(c);
-    }
+    for (int m : {1, 16})
+      with_case(34816, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<2, 4>(c, ref);
+        run_stream<5120, 2, 4>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1, 12>(c, ref);
+        run_cand<2, 5120, 2, 2, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+        run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1, 6>(c, ref);
+        run_cand<0, 5120, 2, 4, 2, 1, 1, 1, 0, 0, 0, 8>(c, ref);
+      });
+    for (int m : {1, 16})
+      with_case(5120, 17408, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<8, 2>(c, ref);
+        run_stream<17408, 8, 4>(c, ref);
+        run_cand<2, 17408, 8, 2, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+        run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+        run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1, 8>(c, ref);
+      });
+    for (int m : {1, 16})
+      with_case(6144, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<8, 2>(c, ref);
+        run_stream<5120, 8, 4>(c, ref);
+        run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 8, 4, 2, 2, 1, 1, 0, 0, 1, 4>(c, ref);
+      });
     return 0;
   }
   const int rows[] = {1, 8, 16};
   // <MODE, K, KS, NT, DEPTH, HALVES, MINB, HINT, LATE = 0, IL = 0, QO = 0>; HINT 1 = L1::no_allocate + L2::256B
-  for (int m : rows) {
-    Case c = make_case(34816, 5120, m, l2);  // gate+up (landed: ks2 nt4)
-    std::printf("34816x5120, %d rows (%d copies)\n", m, c.copies);
-    std::vector<uint8_t> ref;
-    run_landed<2, 4>(c, ref);
-    run_stream<5120, 2, 4>(c, ref);
-    run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
-    run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 2, 4, 2, 2, 6, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 2, 4, 2, 2, 8, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 2, 4, 3, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 2, 4, 3, 2, 6, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 2, 2, 4, 2, 8, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 4, 4, 2, 2, 1, 1>(c, ref);  // ks4: other bits
-    run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 4, 4, 2, 2, 3, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 4, 4, 2, 2, 4, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 4, 4, 2, 2, 3, 1, 0, 1, 1>(c, ref);
-    free_case(c);
-  }
-  for (int m : rows) {
-    Case c = make_case(5120, 17408, m, l2);  // down (landed: ks8 nt2)
-    std::printf("5120x17408, %d rows (%d copies)\n", m, c.copies);
-    std::vector<uint8_t> ref;
-    run_landed<8, 2>(c, ref);
-    run_stream<17408, 8, 4>(c, ref);
-    run_cand<2, 17408, 8, 2, 2, 2, 1, 1>(c, ref);
-    run_cand<2, 17408, 8, 2, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 17408, 8, 2, 2, 2, 3, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 17408, 8, 4, 2, 2, 2, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 17408, 8, 2, 3, 2, 2, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 17408, 8, 2, 4, 2, 2, 1, 0, 0, 1>(c, ref);
-    free_case(c);
-  }
-  for (int m : rows) {
-    Case c = make_case(6144, 5120, m, l2);  // gdn z (landed: ks8 nt2), a mid-size shape
-    std::printf("6144x5120, %d rows (%d copies)\n", m, c.copies);
-    std::vector<uint8_t> ref;
-    run_landed<8, 2>(c, ref);
-    run_stream<5120, 8, 4>(c, ref);
-    run_cand<2, 5120, 8, 2, 2, 2, 1, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 8, 2, 2, 2, 3, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 8, 4, 2, 2, 2, 1, 0, 0, 1>(c, ref);
-    run_cand<2, 5120, 8, 1, 4, 2, 3, 1, 0, 0, 1>(c, ref);
-    free_case(c);
-  }
+  for (int m : rows)
+    with_case(34816, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {  // gate+up (landed: ks2 nt4)
+        run_landed<2, 4>(c, ref);
+        run_stream<5120, 2, 4>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 6, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 2, 2, 8, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 3, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 4, 3, 2, 6, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 2, 2, 4, 2, 8, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 2, 2, 1, 1>(c, ref);  // ks4: other bits
+        run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 2, 2, 3, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 2, 2, 4, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 3, 2, 3, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 4, 4, 2, 2, 3, 1, 0, 1, 1>(c, ref);
+    });
+  for (int m : rows)
+    with_case(5120, 17408, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {  // down (landed: ks8 nt2)
+        run_landed<8, 2>(c, ref);
+        run_stream<17408, 8, 4>(c, ref);
+        run_cand<2, 17408, 8, 2, 2, 2, 1, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 2, 2, 3, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 4, 2, 2, 2, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 3, 2, 2, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 2, 4, 2, 2, 1, 0, 0, 1>(c, ref);
+    });
+  for (int m : rows)
+    with_case(6144, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {  // gdn z (landed: ks8 nt2), a mid-size shape
+        run_landed<8, 2>(c, ref);
+        run_stream<5120, 8, 4>(c, ref);
+        run_cand<2, 5120, 8, 2, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 8, 2, 2, 2, 3, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 8, 4, 2, 2, 2, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 5120, 8, 1, 4, 2, 3, 1, 0, 0, 1>(c, ref);
+    });
   return 0;
 }
