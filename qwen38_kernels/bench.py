@@ -204,28 +204,20 @@ def measure_read_ceiling(nbytes: int = 2 << 30, *, repeats: int = 9) -> Bandwidt
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _triton_copy_kernel():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def copy(src, dst, BLOCK: tl.constexpr):
-        # Program p copies src[p*BLOCK : (p+1)*BLOCK] (fp32) with 16-byte loads and stores.
+    def copy(src, dst, n, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+        # Program p copies src[p*BLOCK : (p+1)*BLOCK] (fp32) with 16-byte loads and stores; MASKED:
+        # the tail past n is left alone (else n is a multiple of BLOCK and nothing is masked).
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.load(src + offs))
-
-    return copy
-
-
-def _triton_masked_copy_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def copy(src, dst, n, BLOCK: tl.constexpr):
-        # Program p copies src[p*BLOCK : (p+1)*BLOCK] (fp32, the tail masked) with 16-byte accesses.
-        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+        if MASKED:
+            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+        else:
+            tl.store(dst + offs, tl.load(src + offs))
 
     return copy
 
@@ -239,15 +231,9 @@ def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
             and dst.numel() * dst.element_size() == nbytes):
         raise ValueError(f"copy_bytes: contiguous tensors of the same size (a multiple of 16 bytes) expected, "
                          f"got src {tuple(src.shape)} {src.dtype}, dst {tuple(dst.shape)} {dst.dtype}")
-    global _MASKED_COPY
-    if _MASKED_COPY is None:
-        _MASKED_COPY = _triton_masked_copy_kernel()
     n, block = nbytes // 4, 4096
-    _MASKED_COPY[((n + block - 1) // block,)](src.view(torch.float32), dst.view(torch.float32), n,
-                                              BLOCK=block, num_warps=4)
-
-
-_MASKED_COPY = None
+    _triton_copy_kernel()[((n + block - 1) // block,)](src.view(torch.float32), dst.view(torch.float32), n,
+                                                       BLOCK=block, MASKED=n % block != 0, num_warps=4)
 
 
 def measure_copy_ceiling(nbytes: int = 1 << 30, *, repeats: int = 9) -> Bandwidth:
@@ -262,7 +248,7 @@ def measure_copy_ceiling(nbytes: int = 1 << 30, *, repeats: int = 9) -> Bandwidt
         kernel = _triton_copy_kernel()
 
         def copy(d, s):
-            kernel[(n // block,)](s, d, BLOCK=block, num_warps=num_warps)
+            kernel[(n // block,)](s, d, n, BLOCK=block, MASKED=False, num_warps=num_warps)
 
         us = time_calls(copy, [(dst, src)], repeats=repeats, min_calls=20)
         method = f"triton copy of {n * 4 >> 20} MiB fp32, 16-byte loads and stores, read + write counted"

@@ -15,6 +15,8 @@ What each helper checks, in the words of the numerics contract (DESIGN.md):
   ops' own outputs are poisoned with the knob QWEN38_POISON_OUTPUTS=1.
 - ``ulp_diff`` / ``ulp_histogram``: distance in units in the last place, the measure of the accuracy
   tests (max 1 ulp from the float64 evaluation rounded at the reference's rounding points).
+- ``assert_knob_keeps_bits``: a launch knob (KNOBS.md: the ones that choose a kernel or a launch
+  shape) changes no bit of a call, at every row count given.
 
 Nothing here needs pytest; the functions raise ``AssertionError`` with a message that says which row,
 which output and how far off.
@@ -30,7 +32,7 @@ __all__ = [
     "poison_like", "poisoned_empty",
     "ulp_diff", "ulp_histogram", "assert_ulp_close", "assert_bitwise_equal",
     "run_opcheck", "assert_graph_equals_eager", "assert_row_invariant", "assert_row_invariant_at",
-    "assert_deterministic",
+    "assert_deterministic", "assert_knob_keeps_bits",
 ]
 
 # ---- devices and data ------------------------------------------------------------------------
@@ -311,3 +313,18 @@ def assert_row_invariant_at(fn: Callable, x_rows, row: int, *other_args, row_dim
     for k, (f, o) in enumerate(zip(full, one)):
         assert_bitwise_equal(f.narrow(row_dim, row, 1), o,
                              f"row invariance: row {row} of the M={m} call, output {k}, vs the 1-row call")
+
+
+def assert_knob_keeps_bits(fn: Callable, x_rows: torch.Tensor, knob: str, value: str, *,
+                           rows: Sequence[int] = (1, 3, 8, 9, 16, 17, 25, 32),
+                           extras: Sequence[tuple] = ((),), what: str = "") -> None:
+    """For every M in ``rows`` and every argument tuple in ``extras``: ``fn(x_rows[:M], *extra)`` as the
+    knobs stand and with ``knob`` set to ``value`` give the same bits."""
+    from . import knobs
+
+    for m in rows:
+        for i, extra in enumerate(extras):
+            got = fn(x_rows[:m], *extra)
+            with knobs.override(**{knob: value}):
+                want = fn(x_rows[:m], *extra)
+            assert_bitwise_equal(got, want, f"{what}{m} rows, extra arguments #{i}: {knob}={value} changes bits")

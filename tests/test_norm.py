@@ -569,6 +569,16 @@ def test_assert_helpers_catch_what_they_should():
                             torch.tensor([1.0, 2.03125], dtype=torch.bfloat16), 1, "t")
 
 
+def test_knob_helper_catches_a_knob_that_changes_bits():
+    import os
+    x = qt.randn_nonzero(32, 16)
+    same = lambda t, s=1.0: t * s  # noqa: E731
+    qt.assert_knob_keeps_bits(same, x, "QWEN38_PDL", "0", extras=((), (2.0,)))
+    differs = lambda t: t * (2 if os.environ.get("QWEN38_PDL") == "0" else 1)  # noqa: E731
+    with pytest.raises(AssertionError, match="QWEN38_PDL=0 changes bits"):
+        qt.assert_knob_keeps_bits(differs, x, "QWEN38_PDL", "0", rows=(1, 32), what="pdl: ")
+
+
 # ---- launch shapes, PDL, limits ------------------------------------------------------------------
 
 

@@ -113,7 +113,7 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   if (params.m > kHeadMaxRows) return cudaErrorInvalidValue;
   HeadParams p = params;
   p.depth = plan.depth;
-  const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax, p.m <= 16 || plan.ring);
+  const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax, plan.ring);
   cudaError_t err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), plan.smem, stream, pdl, p);
   if (err != cudaSuccess || !argmax) return err;
   return launch_kernel(head_argmax_finish, dim3(unsigned(p.m)), dim3(32), 0, stream, pdl, p, plan.blocks);
