@@ -132,10 +132,7 @@ class Case:
 
 
 def _no_pdl(fn):
-    def call(*args):
-        with knobs.override(QWEN38_PDL="0"):
-            return fn(*args)
-    return call
+    return bench.with_knobs(fn, QWEN38_PDL="0")
 
 
 def _fla_provider(fla, final_state: bool):

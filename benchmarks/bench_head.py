@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from qwen38_kernels import bench, knobs  # the package import registers torch.ops.qwen38
+from qwen38_kernels import bench  # the package import registers torch.ops.qwen38
 
 OP = "head"
 DEVICE = "cuda"
@@ -50,16 +50,6 @@ def _qwen38(x, w):
 
 def _qwen38_argmax(x, w):
     return torch.ops.qwen38.head_argmax(x, w)
-
-
-def _qwen38_argmax_ring32_off(x, w):
-    with knobs.override(QWEN38_HEAD_RING32="0"):  # read at launch, i.e. while the graph is captured
-        return torch.ops.qwen38.head_argmax(x, w)
-
-
-def _qwen38_ring32_on(x, w):
-    with knobs.override(QWEN38_HEAD_RING32="1"):
-        return torch.ops.qwen38.head_logits(x, w)
 
 
 def _cublas_cast(x, w):
@@ -83,8 +73,10 @@ PROVIDERS = (
     Provider("qwen38 argmax", _qwen38_argmax, lambda m, v: 12 * m),
     Provider("cuBLAS bf16+cast", _cublas_cast, lambda m, v: (2 + 2 + 4) * m * v),
     Provider("cuBLAS fp32 out", _cublas_fp32, lambda m, v: 4 * m * v),
-    Provider("qwen38 argmax ring32 off", _qwen38_argmax_ring32_off, lambda m, v: 12 * m, min_rows=17),
-    Provider("qwen38 ring32 on", _qwen38_ring32_on, lambda m, v: 4 * m * v, min_rows=17),
+    Provider("qwen38 argmax ring32 off", bench.with_knobs(_qwen38_argmax, QWEN38_HEAD_RING32="0"), lambda m, v: 12 * m,
+             min_rows=17),
+    Provider("qwen38 ring32 on", bench.with_knobs(_qwen38, QWEN38_HEAD_RING32="1"), lambda m, v: 4 * m * v,
+             min_rows=17),
 )
 
 

@@ -82,21 +82,13 @@ def _same(*args):
 
 
 def _no_pdl(fn):
-    """Our op launched without programmatic dependent launch (QWEN38_PDL=0): the A/B of that knob.
-    The knob is read when the kernel is launched, i.e. while the timing graph is captured."""
-    def call(*args):
-        with knobs.override(QWEN38_PDL="0"):
-            return fn(*args)
-    return call
+    """Our op launched without programmatic dependent launch (QWEN38_PDL=0): the A/B of that knob."""
+    return bench.with_knobs(fn, QWEN38_PDL="0")
 
 
 def _v4_shape(fn):
-    """Our op with the streaming kernel off (QWEN38_NORM_STREAM=0): the v4 launch shapes, same bits.
-    Read at launch, i.e. while the timing graph is captured."""
-    def call(*args):
-        with knobs.override(QWEN38_NORM_STREAM="0"):
-            return fn(*args)
-    return call
+    """Our op with the streaming kernel off (QWEN38_NORM_STREAM=0): the v4 launch shapes, same bits."""
+    return bench.with_knobs(fn, QWEN38_NORM_STREAM="0")
 
 
 def _copy_limit(elems: Callable[..., int]):

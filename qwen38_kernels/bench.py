@@ -98,6 +98,17 @@ def rotating_copies(make_args: Callable[[int], tuple], bytes_per_call: int, l2: 
     return [make_args(i) for i in range(n)]
 
 
+def with_knobs(fn: Callable[..., Any], **values: str) -> Callable[..., Any]:
+    """``fn`` called with the knobs ``values`` in force (knobs.override): a benchmark provider for the
+    A/B of a launch knob. The ops read their knobs at launch, i.e. while the timing graph is captured."""
+    from . import knobs
+
+    def call(*args):
+        with knobs.override(**values):
+            return fn(*args)
+    return call
+
+
 def time_calls(fn: Callable[..., Any], arg_sets: Sequence[tuple], *, repeats: int = 9,
                min_calls: int = 200, max_calls: int = 4096, warmup: int = 3) -> float:
     """Median microseconds per call of ``fn(*args)``, graph-timed over the rotating ``arg_sets``.

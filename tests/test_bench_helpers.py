@@ -30,3 +30,11 @@ def test_markdown_names_a_real_peer_and_reports_the_limit_share():
 def test_copy_bytes_rejects_mismatched_tensors_naming_both():
     with pytest.raises(ValueError, match=r"src \(10,\).*dst \(12,\)"):
         bench.copy_bytes(torch.empty(12, dtype=torch.bfloat16), torch.empty(10, dtype=torch.bfloat16))
+
+
+def test_with_knobs_sets_the_knob_for_the_call_only():
+    import os
+    before = os.environ.get("QWEN38_PDL")
+    seen = bench.with_knobs(lambda a, b: (a + b, os.environ.get("QWEN38_PDL")), QWEN38_PDL="0")(1, 2)
+    assert seen == (3, "0")
+    assert os.environ.get("QWEN38_PDL") == before
