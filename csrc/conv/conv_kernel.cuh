@@ -21,8 +21,11 @@
 //      window of node = [ 3 newest of (s0, s1, s2, inputs on the path before node) ] + x[node]
 //
 // The commit writes the 3 newest of (s0, s1, s2, inputs of the accepted path), the same walk started
-// at the accepted node itself. One thread per (sequence, channel): it reads its state entries before
-// writing them, so no other thread's data is involved.
+// at the accepted node itself. One thread per (sequence, channel) for the step and the commit: it
+// reads its state entries before writing them, so no other thread's data is involved. The verifies
+// write nothing but y, and a node's output depends on no other output, so they take one thread per
+// (sequence, node, channel): grid (channel blocks, T, B). (One thread walking all T nodes in turn
+// was a chain of T float64 silu latencies: 11.3 us for a 16-token chain at B = 1 on the H200.)
 //
 // Guards (the host checks the index values in eager mode; a captured graph cannot, so the kernel
 // protects memory itself): a slot out of [0, S) or -1 reads and writes nothing and gives zero
@@ -42,6 +45,13 @@
 namespace qwen38::conv {
 
 constexpr int kThreads = 256;  // channels per block
+
+// The launch grid: x = channel blocks, y = tokens of a verify (1 for the step and the commit), z = B.
+inline dim3 conv_grid(Mode mode, const Params& p) {
+  const bool verify = mode == Mode::kChain || mode == Mode::kTree;
+  return dim3(unsigned((p.channels + kThreads - 1) / kThreads), verify ? unsigned(p.tokens) : 1u,
+              unsigned(p.batch));
+}
 
 __device__ __forceinline__ int64_t load_index(const void* p, bool is64, int64_t i) {
   return is64 ? static_cast<const int64_t*>(p)[i] : int64_t(static_cast<const int32_t*>(p)[i]);
@@ -106,7 +116,7 @@ __device__ __forceinline__ bool walk(const Params& p, int64_t b, int64_t c, int6
 template <typename T, typename W, Mode M>
 __global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
   const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  const int64_t b = blockIdx.y;
+  const int64_t b = blockIdx.z;
   if (c >= p.channels) return;
   pdl_wait();
   pdl_allow();
@@ -146,19 +156,18 @@ __global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
     if (!walk<T, M>(p, b, c, parent_of<M>(p, b, node), node, srow, u, kWidth - 3)) return;
 #pragma unroll
     for (int j = 0; j < kWidth - 1; ++j) srow[j] = u[j];
-  } else {  // chain, tree: read only
+  } else {  // chain, tree: read only; node i = blockIdx.y
+    const int64_t i = blockIdx.y;
     int64_t len = p.tokens;
     if (p.lengths != nullptr) len = load_index(p.lengths, p.lengths64, b);
     const bool seq_ok = live && len >= 0 && len <= p.tokens;
-    for (int64_t i = 0; i < p.tokens; ++i) {
-      T out = from_f32<T>(0.0f);
-      if (seq_ok && i < len) {
-        T u[kWidth];
-        u[kWidth - 1] = x[b * p.x_sb + i * p.x_st + c];
-        if (walk<T, M>(p, b, c, parent_of<M>(p, b, i), i, srow, u, kWidth - 2)) out = conv_out<T, W>(u, w4);
-      }
-      y[(b * p.tokens + i) * p.channels + c] = out;
+    T out = from_f32<T>(0.0f);
+    if (seq_ok && i < len) {
+      T u[kWidth];
+      u[kWidth - 1] = x[b * p.x_sb + i * p.x_st + c];
+      if (walk<T, M>(p, b, c, parent_of<M>(p, b, i), i, srow, u, kWidth - 2)) out = conv_out<T, W>(u, w4);
     }
+    y[(b * p.tokens + i) * p.channels + c] = out;
   }
 }
 

@@ -1,7 +1,7 @@
 // Runs the causal-conv1d CUDA kernel source (csrc/conv/conv_kernel.cuh) on the host, for machines
 // without a GPU. The kernel has no barriers, shuffles or shared memory: each thread's body runs to
-// its end, one thread after another, over the launch's grid (conv_kernel.cu: 256 channels a block,
-// one block row per sequence). The _rn intrinsics are plain IEEE operations (built with
+// its end, one thread after another, over the launch's grid (conv_grid: 256 channels a block,
+// a block row per verify node, a block layer per sequence). The _rn intrinsics are plain IEEE operations (built with
 // -ffp-contract=off: no fused multiply-add); exp comes from the host libm, so a value within an ulp
 // of an fp32 rounding boundary could round differently than on a GPU (none is expected in a test).
 // What this checks is the kernel's indexing, walks, window order and guards, against the reference
@@ -55,14 +55,15 @@ using emu::write_file;
 
 template <typename T, typename W, Mode M>
 void run_grid(const Params& p) {
-  const unsigned blocks = unsigned((p.channels + kThreads - 1) / kThreads);
-  for (unsigned by = 0; by < unsigned(p.batch); ++by)
-    for (unsigned bx = 0; bx < blocks; ++bx)
-      for (unsigned t = 0; t < unsigned(kThreads); ++t) {
-        emu::g_block = {bx, by, 0};
-        emu::g_thread = {t, 0, 0};
-        conv_kernel<T, W, M>(p);
-      }
+  const dim3 grid = conv_grid(M, p);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx)
+        for (unsigned t = 0; t < unsigned(kThreads); ++t) {
+          emu::g_block = {bx, by, bz};
+          emu::g_thread = {t, 0, 0};
+          conv_kernel<T, W, M>(p);
+        }
 }
 
 template <typename T, typename W>
