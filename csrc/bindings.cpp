@@ -127,7 +127,7 @@ void set_skinny_variant(const std::string& op, int64_t n, int64_t k, int ksplit,
   if (n <= 0 || k <= 0) throw pybind11::value_error("qwen38.set_skinny_variant: n and k must be positive");
   if (!qwen38::gemm::skinny_variant_valid(v))
     throw pybind11::value_error("qwen38.set_skinny_variant: ksplit must be 1, 2, 4 or 8, nt_narrow 1, 2 or 4 "
-                                "and nt_wide 1 or 2; got " + std::to_string(ksplit) + ", " +
+                                "and nt_wide 1, 2 or 4; got " + std::to_string(ksplit) + ", " +
                                 std::to_string(nt_narrow) + ", " + std::to_string(nt_wide));
   qwen38::gemm::set_skinny_variant(skinny_op(op), n, k, v);
 }

@@ -58,7 +58,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_L2SPAN", "128",
          "128 (default) or 256: the NVFP4 skinny kernel's weight copies carry the L2 fetch-size hint of that many bytes (a miss fills the whole aligned span into L2, so the next steps of a weight row hit L2 and DRAM reads longer runs); 0: plain copies. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_NVFP4_STREAM", "1",
-         "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at 1..16 rows, 2 at 17..32; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
+         "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at every row count; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_FP8_STREAM", "1",
          "1 (default): 1..16 rows of the FP8 block skinny path use the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4); 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",

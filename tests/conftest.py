@@ -42,12 +42,12 @@ def device(request) -> str:
 
 @pytest.fixture
 def skinny_variant():
-    """set(op, n, k, ksplit, nt): registers a launch variant of a skinny kernel (nt at 1..16 rows,
-    min(nt, 2) at 17..32); the tile tables are registered again afterwards."""
+    """set(op, n, k, ksplit, nt): registers a launch variant of a skinny kernel (nt tiles a warp at
+    every row count); the tile tables are registered again afterwards."""
     from qwen38_kernels import _C, tables
 
     def set_(op, n, k, ks, nt):
-        _C.set_skinny_variant(op, n, k, ks, nt, min(nt, 2))
+        _C.set_skinny_variant(op, n, k, ks, nt, nt)
 
     yield set_
     tables.register_skinny_tables()

@@ -47,7 +47,8 @@ def test_registry_set_lookup_clear(clean_registry):
     (("nvfp4_linear", 8, 32, 3, 1, 1), "ksplit"),
     (("nvfp4_linear", 8, 32, 4, 8, 1), "nt_narrow"),
     (("nvfp4_linear", 8, 32, 16, 1, 1), "ksplit"),
-    (("nvfp4_linear", 8, 32, 4, 4, 4), "nt_wide"),
+    (("nvfp4_linear", 8, 32, 4, 4, 8), "nt_wide"),
+    (("nvfp4_linear", 8, 32, 4, 4, 3), "nt_wide"),
     (("nvfp4_linear", 0, 32, 4, 1, 1), "positive"),
     (("gemm", 8, 32, 4, 1, 1), "op must be"),
 ])
@@ -140,7 +141,7 @@ def test_every_nt_gives_the_same_bits(op, n, k, clean_registry):
     ks, _, _ = _C.skinny_default_variant(n, k)
     outs = {}
     for nt in (1, 2, 4):
-        _C.set_skinny_variant(op, n, k, ks, nt, min(nt, 2))
+        _C.set_skinny_variant(op, n, k, ks, nt, nt)  # 17..32 rows at 4 tiles a warp too
         outs[nt] = [f(x[:m], *w) for m in (1, 7, 16, 17, 32)]
     for nt in (2, 4):
         for a, b in zip(outs[1], outs[nt]):

@@ -40,10 +40,11 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_
 }
 
 // Register cap per thread: 128 where the variant fits in it (16 warps per SM), else 168 or 208 (the
-// largest tiles); scripts/check_sass.sh refuses any spill. (The v2 form, `__maxnreg__(255)`, took
-// 178 registers at nt4: 8 warps per SM, 103 us at 1 row on 34816x5120 vs 69 us now.)
+// largest tiles; 255 for 17..32 rows at 4 tiles a warp, which spill at 208); scripts/check_sass.sh
+// refuses any spill. (The v2 form, `__maxnreg__(255)`, took 178 registers at nt4: 8 warps per SM,
+// 103 us at 1 row on 34816x5120 vs 69 us now.)
 template <int MT, int NT>
-constexpr int kFp8Regs = MT == 2 && NT >= 2 ? 208 : MT == 2 || NT == 4 ? 168 : 128;
+constexpr int kFp8Regs = MT == 2 && NT == 4 ? 255 : MT == 2 && NT >= 2 ? 208 : MT == 2 || NT == 4 ? 168 : 128;
 
 template <typename T, int MT, int KSPLIT, int NT>
 __global__ void __maxnreg__((kFp8Regs<MT, NT>)) fp8_block_skinny_kernel(const Fp8BlockParams p) {

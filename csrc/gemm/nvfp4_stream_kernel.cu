@@ -1,5 +1,5 @@
 // Instantiations and launch of the NVFP4 register-stream kernel (nvfp4_stream_kernel.cuh): 1..16
-// rows with 2 or 4 tiles per warp, 17..32 rows with 2 (stream_launch.cuh).
+// rows with 2 or 4 tiles per warp, 17..32 rows with 2 or 4 (stream_launch.cuh).
 #include "gemm/nvfp4_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 

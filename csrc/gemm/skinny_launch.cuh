@@ -35,8 +35,7 @@ cudaError_t launch_skinny_nt(const P& p, int nt, bool pdl, cudaStream_t stream) 
   switch (nt) {
     case 1: return launch_skinny_one<KernelOf, T, MT, KS, 1>(p, pdl, stream);
     case 2: return launch_skinny_one<KernelOf, T, MT, KS, 2>(p, pdl, stream);
-    case 4:
-      if constexpr (MT == 1) return launch_skinny_one<KernelOf, T, MT, KS, 4>(p, pdl, stream);
+    case 4: return launch_skinny_one<KernelOf, T, MT, KS, 4>(p, pdl, stream);
   }
   return cudaErrorInvalidValue;
 }

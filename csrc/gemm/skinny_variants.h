@@ -17,7 +17,7 @@ enum class SkinnyOp : int { kNvfp4 = 0, kFp8Block = 1 };
 struct SkinnyVariant {
   int ksplit = 1;     // 1, 2, 4, 8
   int nt_narrow = 1;  // 1, 2, 4
-  int nt_wide = 1;    // 1, 2 (17..32 rows hold twice the activation registers)
+  int nt_wide = 1;    // 1, 2, 4 (17..32 rows hold twice the activation registers)
 };
 
 // The rule for shapes without a table entry: a pure function of (N, K), the same on every GPU.

@@ -3,7 +3,7 @@
 // and fp16, and picked at run time by (K, k split, tiles per warp, m16 tiles).
 //
 // Of: a traits type with `template <typename T, int K, int KS, int NT, int MT> static constexpr
-// auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 with a second m16
+// auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4 with a second m16
 // tile) and `kKs8Nt4` (4 tiles per warp compiled at k split 8).
 #pragma once
 
@@ -33,12 +33,13 @@ struct StreamLaunch {
   static Fn pick(int ks, int nt, int mt) {
     if (mt == 2) {
       if constexpr (Of::kWide) {
-        if (nt != 2) return nullptr;
+        if (nt != 2 && nt != 4) return nullptr;
         if constexpr (K == 5120) {
-          if (ks == 2) return one<T, K, 2, 2, 2>;
-          if (ks == 4) return one<T, K, 4, 2, 2>;
+          if (ks == 2) return nt == 4 ? one<T, K, 2, 4, 2> : one<T, K, 2, 2, 2>;
+          if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 2> : one<T, K, 4, 2, 2>;
         }
-        return ks == 8 ? one<T, K, 8, 2, 2> : nullptr;
+        if (ks != 8) return nullptr;
+        return nt == 4 ? one<T, K, 8, 4, 2> : one<T, K, 8, 2, 2>;
       } else {
         return nullptr;
       }
