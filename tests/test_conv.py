@@ -398,3 +398,63 @@ def test_host_emulation_tree_guards_on_bad_parents(conv_emulator, tmp_path):
             want = ref.conv_step(x[b, i].unsqueeze(0), state, w, torch.tensor([0]))[0]
             qt.assert_bitwise_equal(y[b, i], want, f"sequence {b} node {i}")
     assert not y[0, 2].any() and y[0, 1].all() and not y[1, 1].any() and not y[1, 3].any() and not y[1, 7].any()
+
+
+# ---- the silu: fp32 where it gives the float64 contract's bits ----------------------------------------
+
+def test_silu_fp32_path_gives_the_float64_bits(host_emulator):
+    """csrc/conv/silu_exact.cuh on the host (the device runs the same IEEE fp32 operations): every
+    251st fp32 bit pattern (17 M inputs, all signs and exponents, NaN, infinities, zeros) gives the
+    bits of the float64 formula, and the fp32 path serves the usual inputs. (The whole fp32 range,
+    all 2^32 inputs, was checked once with ./silu_check 1: no difference.)"""
+    import re
+    import subprocess
+    out = subprocess.run([str(host_emulator("silu_check")), "251"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    n, fast, bad = (int(v) for v in re.search(r"(\d+) inputs, (\d+) on the fp32 path .* (\d+) differences",
+                                              out.stdout).groups())
+    assert bad == 0 and n == -(-2 ** 32 // 251)
+    assert fast > 0.25 * n  # the magnitudes 2^-60 .. 80 (a quarter of the bit patterns) stay in fp32
+
+
+def test_silu_table_matches_its_generator():
+    """The constants of silu_exact.cuh are those scripts/gen_exp2_table.py computes in exact
+    arithmetic (ln2/32 in three floats, 32/ln2, 2^(j/32) as float pairs)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("gen_exp2_table", root / "scripts" / "gen_exp2_table.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    k = gen.constants()
+    src = (root / "csrc" / "conv" / "silu_exact.cuh").read_text()
+    pairs = [(float.fromhex(a.rstrip("f")), float.fromhex(b.rstrip("f")) if b != "0.0f" else 0.0)
+             for a, b in re.findall(r"X\((\S+), (\S+)\)", src)]
+    assert pairs == [(float(h), float(lo)) for h, lo in k["table"]]
+    for name in ("C1", "C2", "C3"):
+        assert float.fromhex(re.search(rf"k{name} = (\S+?)f[,;]", src).group(1)) == k[name], name
+    assert float.fromhex(re.search(r"kInvLn2x32 = (\S+?)f;", src).group(1)) == k["INV"]
+
+
+@pytest.mark.gpu
+def test_silu_f64_knob_keeps_bits():
+    """QWEN38_CONV_SILU_F64=1 (silu always in float64) and the default (fp32 where that gives the same
+    bits) agree bit for bit on every op, for sums spread over magnitudes 2^-12 .. 2^7 of both signs
+    (NaN compares as NaN)."""
+    b, t = 3, 16
+    x, cs, w = _inputs(b, t, seed=61)
+    mag = torch.exp2(torch.empty(b, t, C, device="cuda").uniform_(-12, 7))
+    x = (x.float().sign() * mag).to(x.dtype)
+    w = torch.ones_like(w) * 0.25  # the sum is the window's mean: the spread reaches silu
+    slots = torch.tensor([0, 2, 4], device="cuda")
+    parents = _pad_parents([[-1, 0, 1, 1, 0] + list(range(4, 15))] * b, t).cuda()
+    calls = {
+        "step": lambda: OPS.conv_step(x[:, 0], cs.clone(), w, slots),
+        "chain": lambda: OPS.conv_chain(x, cs, w, slots),
+        "tree": lambda: OPS.conv_tree(x, cs, w, slots, parents),
+    }
+    for name, fn in calls.items():
+        with q.knobs.override(QWEN38_CONV_SILU_F64="1"):
+            want = fn()
+        _assert_same_nan_free(fn(), want, f"{name}: fp32 silu vs float64 silu")

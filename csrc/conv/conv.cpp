@@ -153,6 +153,7 @@ Params base_params(const at::Tensor& x, const at::Tensor& conv_state, const at::
   p.batch = b;
   p.tokens = t;
   p.channels = x.size(-1);
+  p.silu_f64 = knob_enabled("QWEN38_CONV_SILU_F64", false);
   return p;
 }
 

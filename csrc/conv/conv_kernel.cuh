@@ -9,6 +9,9 @@
 //   y = round_to(x.dtype, round_fp32(silu_f64(s)))   silu(s) = s / (1 + exp(-s)) in double (the
 //                                              reference's torch float64 silu), rounded to fp32,
 //                                              then to x's dtype. The sum is NOT rounded before silu.
+//                                              Evaluated by silu_exact (silu_exact.cuh): in fp32
+//                                              where that gives the same bits, else in float64
+//                                              (Params::silu_f64: always in float64, for A/B).
 // The float64 silu is not correctly rounded on either side (CUDA's and the CPU's exp are within an
 // ulp of float64), so a result could differ only where the float64 value lies within ~2^-52 of an
 // fp32 rounding boundary: a few in 2^28 outputs, none seen. A NaN output is a NaN; its payload and
@@ -41,6 +44,7 @@
 #include "common/pdl.cuh"
 #include "common/vec.cuh"
 #include "conv/conv_launch.h"
+#include "conv/silu_exact.cuh"
 
 namespace qwen38::conv {
 
@@ -57,19 +61,13 @@ __device__ __forceinline__ int64_t load_index(const void* p, bool is64, int64_t 
   return is64 ? static_cast<const int64_t*>(p)[i] : int64_t(static_cast<const int32_t*>(p)[i]);
 }
 
-// silu in float64, rounded to fp32: s / (1 + exp(-s)), each double operation IEEE round-to-nearest.
-__device__ __forceinline__ float silu_f64_to_f32(float s) {
-  const double d = double(s);
-  return __double2float_rn(__ddiv_rn(d, __dadd_rn(1.0, exp(-d))));
-}
-
 template <typename T, typename W>
-__device__ __forceinline__ T conv_out(const T (&u)[kWidth], const W* __restrict__ w4) {
+__device__ __forceinline__ T conv_out(const T (&u)[kWidth], const W* __restrict__ w4, bool silu_f64) {
   float p[kWidth];
 #pragma unroll
   for (int i = 0; i < kWidth; ++i) p[i] = __fmul_rn(to_f32<W>(w4[i]), to_f32<T>(u[i]));
   const float s = __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), p[2]), p[3]);
-  return from_f32<T>(silu_f64_to_f32(s));
+  return from_f32<T>(silu_f64 ? silu_detail::silu_f64(s) : silu_exact(s));
 }
 
 // Is slot `slot` of sequence b usable: in range and (when `distinct`) not taken by an earlier sequence.
@@ -136,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
       return;
     }
     const T u[kWidth] = {srow[0], srow[1], srow[2], x[b * p.x_sb + c]};
-    y[b * p.channels + c] = conv_out<T, W>(u, w4);
+    y[b * p.channels + c] = conv_out<T, W>(u, w4, p.silu_f64);
     srow[0] = u[1];
     srow[1] = u[2];
     srow[2] = u[3];
@@ -165,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
     if (seq_ok && i < len) {
       T u[kWidth];
       u[kWidth - 1] = x[b * p.x_sb + i * p.x_st + c];
-      if (walk<T, M>(p, b, c, parent_of<M>(p, b, i), i, srow, u, kWidth - 2)) out = conv_out<T, W>(u, w4);
+      if (walk<T, M>(p, b, c, parent_of<M>(p, b, i), i, srow, u, kWidth - 2)) out = conv_out<T, W>(u, w4, p.silu_f64);
     }
     y[(b * p.tokens + i) * p.channels + c] = out;
   }

@@ -34,6 +34,7 @@ struct Params {
   bool slots64 = false, lengths64 = false, parents64 = false, accepted64 = false;
   void* y = nullptr;              // [B, T, C] contiguous, x's dtype (commit: none)
   int64_t batch = 0, tokens = 1, channels = 0;
+  bool silu_f64 = false;          // silu always in float64 (else silu_exact: the same bits, faster)
 };
 
 cudaError_t launch(Mode mode, const Params& p, bool pdl, cudaStream_t stream);

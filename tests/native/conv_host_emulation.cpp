@@ -40,9 +40,6 @@ Dim3 g_block{0, 0, 0}, g_thread{0, 0, 0};
 
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __ddiv_rn(double a, double b) { return a / b; }
-inline float __double2float_rn(double a) { return static_cast<float>(a); }
 
 #include "conv/conv_kernel.cuh"
 
