@@ -55,6 +55,23 @@ def _pip_cuda_include_dirs():
     return [d for d in dirs if os.path.isdir(d)]
 
 
+def _cublaslt_library(cuda_home):
+    """(folder, file) of a cuBLASLt shared library to link - the nvidia-cublas pip package's that torch
+    itself loads, else the toolkit's (either carries the soname torch's does) - or None: the build then
+    has no cuBLASLt path (nvfp4_linear's dequant prefill takes its fp32 GEMM + epilogue kernel)."""
+    dirs = []
+    for sp in site.getsitepackages() + [site.getusersitepackages()]:
+        for pat in ("nvidia/cu13/lib", "nvidia/cublas/lib", "nvidia/*/lib"):
+            dirs += sorted(glob.glob(os.path.join(sp, pat)))
+    dirs += [os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"),
+             os.path.join(cuda_home, "targets", "x86_64-linux", "lib"), os.path.join(cuda_home, "targets", "sbsa-linux", "lib")]
+    for d in dirs:
+        libs = sorted(glob.glob(os.path.join(d, "libcublasLt.so*")), key=len)
+        if libs:
+            return d, os.path.basename(libs[0])
+    return None
+
+
 def _missing_headers(include_dirs, names):
     return [n for n in names if not any(os.path.isfile(os.path.join(d, n)) for d in include_dirs)]
 
@@ -91,9 +108,14 @@ if _missing_headers(toolkit_inc, needed):
     for d in extra:
         cxx_after += ["-idirafter", d]
 
+lt = _cublaslt_library(cuda_home)
+if lt is not None and _missing_headers(toolkit_inc + _pip_cuda_include_dirs(), ["cublasLt.h"]):
+    lt = None
+link_args = [f"-L{lt[0]}", f"-l:{lt[1]}"] if lt else []
+
 arch_list = os.environ["TORCH_CUDA_ARCH_LIST"]
 print(f"[qwen38-kernels setup] CUDA_HOME={cuda_home}  TORCH_CUDA_ARCH_LIST={arch_list}  "
-      f"torch={torch.__version__} (CUDA {torch.version.cuda})")
+      f"torch={torch.__version__} (CUDA {torch.version.cuda})  cuBLASLt={os.path.join(*lt) if lt else 'none'}")
 
 sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True)
                  + glob.glob(os.path.join("csrc", "**", "*.cu"), recursive=True))
@@ -105,7 +127,7 @@ nvcc_flags = [
 ]
 # No -std: torch's build helper adds the standard its own headers were built with (C++17 for older
 # torch, C++20 for newer); forcing another one changes the layout of c10 types across the ABI.
-cxx_flags = ["-O3"] + cxx_after
+cxx_flags = ["-O3", f"-DQWEN38_HAVE_CUBLASLT={1 if lt else 0}"] + cxx_after
 
 # What info() reports about this build; generated, never committed.
 with open(os.path.join(ROOT, "qwen38_kernels", "_build_info.py"), "w") as f:
@@ -113,6 +135,7 @@ with open(os.path.join(ROOT, "qwen38_kernels", "_build_info.py"), "w") as f:
     f.write(f"ARCH_LIST = {arch_list!r}\n")
     f.write(f"TORCH_VERSION = {torch.__version__!r}\n")
     f.write(f"CUDA_VERSION = {torch.version.cuda!r}\n")
+    f.write(f"CUBLASLT = {os.path.join(*lt) if lt else None!r}\n")
 
 max_jobs = os.environ.get("MAX_JOBS")
 if max_jobs is None:
@@ -140,6 +163,7 @@ setup(
             sources=sources,
             include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+            extra_link_args=link_args,
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": build_py_with_tables},

@@ -53,6 +53,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_PREFILL_ROWS", "",
          "Empty: the built-in threshold of QWEN38_NVFP4_PREFILL=auto; a positive integer R: auto takes "
          "the dequant strategy from R rows on, for every weight shape (tuning without a rebuild)."),
+    Knob("QWEN38_NVFP4_PREFILL_LT", "1",
+         "1 (default): the dequant strategy of the NVFP4 prefill runs one cuBLASLt matmul with the global scale as its alpha (read from device memory) and the bias in its epilogue (fp32, one rounding to the output dtype), where cuBLASLt offers an algorithm for the dtypes and the build found cuBLASLt; 0: the fp32-output GEMM chunks and the epilogue kernel. Both are within the float64 bound; neither is row-invariant (the dequant strategy never is)."),
     Knob("QWEN38_NVFP4_DEPTH", "",
          "Empty: the NVFP4 skinny kernel (1..32 rows) keeps ~96 bytes of weights per thread in flight (ring depth 7, 4 or 3 steps of 128 k for 1, 2 or 4 tiles per warp); an integer 2..8: that many steps in the per-thread cp.async ring (2 = one step ahead), lowered where the shared memory does not fit. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_NVFP4_L2SPAN", "128",

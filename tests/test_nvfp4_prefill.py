@@ -1,6 +1,7 @@
 """nvfp4_linear with more than 32 rows (the prefill strategies) and nvfp4_dequantize.
 
-GPU: both strategies (QWEN38_NVFP4_PREFILL=chunked|dequant) against the float64 bound of the
+GPU: both strategies (QWEN38_NVFP4_PREFILL=chunked|dequant; dequant with and without its cuBLASLt matmul,
+QWEN38_NVFP4_PREFILL_LT) against the float64 bound of the
 reference at 33..600 rows; the chunked strategy keeps every row bit-identical to its 1-row call;
 "auto" picks by the row threshold; nvfp4_dequantize bit-exact against its reference for every code
 and scale range; graph == eager, determinism, opcheck, bad input.
@@ -21,7 +22,7 @@ from qwen38_kernels.reference import gemm as ref
 
 OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-STRATEGIES = ("chunked", "dequant")
+STRATEGIES = ("chunked", "dequant", "dequant-nolt")  # dequant-nolt: QWEN38_NVFP4_PREFILL_LT=0
 # opcheck's test_schema cannot compare float8_e4m3fn inputs (see tests/test_nvfp4.py): the other three
 OPCHECK_UTILS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
 
@@ -40,7 +41,8 @@ def _weight_cached(n: int, k: int, device: str) -> formats.NVFP4Weight:
 def _call(x, w: formats.NVFP4Weight, bias=None, out_dtype=None, strategy: str | None = None):
     if strategy is None:
         return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
-    with knobs.override(QWEN38_NVFP4_PREFILL=strategy):
+    lt = "0" if strategy == "dequant-nolt" else "1"
+    with knobs.override(QWEN38_NVFP4_PREFILL=strategy.removesuffix("-nolt"), QWEN38_NVFP4_PREFILL_LT=lt):
         return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
 
 
@@ -90,7 +92,7 @@ def test_accuracy_within_the_float64_bound(strategy, m, n, k):
 @pytest.mark.parametrize("xdt", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out", [None, torch.float32, "other16"])  # other16: the other 16-bit type
 @pytest.mark.parametrize("bias_dt", [None, "x", torch.float32])
-@pytest.mark.parametrize("n", [136, 138])  # 138: not a multiple of 4 (the epilogue's scalar path)
+@pytest.mark.parametrize("n", [136, 138])  # 138: not a multiple of 4 (the epilogue's scalar path; no cuBLASLt)
 def test_dtypes_bias_and_odd_n(strategy, xdt, out, bias_dt, n):
     k, m = 96, 77
     w = _weight_cached(n, k, "cuda")

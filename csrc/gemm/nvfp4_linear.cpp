@@ -7,13 +7,16 @@
 //     "chunked"  the skinny kernel on consecutive 32-row slices of x and y. The same arithmetic as
 //                decode: every row is still bit-identical to its 1-row call; the weight is read once
 //                per 32 rows, so the cost grows with ceil(M / 32) weight reads.
-//     "dequant"  nvfp4_dequantize into a temporary [N, K] weight in x's dtype (exact products), one
-//                cuBLAS GEMM per row chunk with fp32 output (at::mm with out_dtype float: fp32
-//                accumulation, no rounding to 16 bits), then an epilogue kernel y = round(acc *
-//                w_global + bias) with the reference's rounding points. Accurate within the float64
-//                bound, but the summation order is cuBLAS's (it may depend on M): no row invariance.
-//                Extra memory: N*K*2 bytes for the weight (356 MB at 34816x5120) and, for a 16-bit
-//                output, an fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
+//     "dequant"  nvfp4_dequantize into a temporary [N, K] weight in x's dtype (exact products), then
+//                one cuBLASLt matmul y = round(w_global * (x W^T) + bias): w_global read from
+//                device memory as alpha, the bias added in the epilogue in fp32, one rounding to y's
+//                dtype (lt_linear). Where cuBLASLt offers no algorithm for the combination (or
+//                QWEN38_NVFP4_PREFILL_LT=0, or a build without cuBLASLt): one cuBLAS GEMM per row
+//                chunk with fp32 output (at::mm with out_dtype float), then an epilogue kernel y =
+//                round(acc * w_global + bias). Accurate within the float64 bound, but the summation
+//                order is cuBLAS's (it may depend on M): no row invariance. Extra memory: N*K*2 bytes
+//                for the weight (356 MB at 34816x5120) and, on the fallback with a 16-bit output, an
+//                fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
 //   "auto" (default) takes "dequant" from nvfp4_prefill_dequant_rows(N, K) rows on, "chunked" below;
 //   QWEN38_NVFP4_PREFILL=chunked|dequant|auto forces one (tests, A/B timing) and
 //   QWEN38_NVFP4_PREFILL_ROWS=<rows> replaces the threshold of "auto" (tuning without a rebuild).
@@ -33,6 +36,11 @@
 #include "gemm/gemm_host.h"
 #include "gemm/nvfp4_dequant_launch.h"
 #include "gemm/nvfp4_linear_launch.h"
+
+#if QWEN38_HAVE_CUBLASLT
+#include <ATen/cuda/CUDAContextLight.h>  // the cuBLASLt handle and workspace torch keeps
+#include <cublasLt.h>
+#endif
 
 // at::mm(a, b, out_dtype) (aten::mm.dtype: bf16/fp16 inputs, fp32 output on CUDA) arrived in torch
 // 2.8; pyproject.toml asks for torch >= 2.9.
@@ -165,12 +173,103 @@ void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, int64_t m, cudaStream
   }
 }
 
-// The dequant strategy: temporary weight in x's dtype, fp32 GEMM chunks, epilogue.
+#if QWEN38_HAVE_CUBLASLT
+cudaDataType_t lt_type(at::ScalarType t) {
+  return t == at::kBFloat16 ? CUDA_R_16BF : t == at::kHalf ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// y[M, N] = round(*w_global * (x[M, K] W[N, K]^T) + bias) by one cuBLASLt matmul (column-major view:
+// D[N, M] = alpha op(A) B with A = W stored K x N and transposed, B = x stored K x M, ld x_stride):
+// alpha and beta from device memory (graph safe, no host read), fp32 compute and scale, the bias
+// added in fp32 by the epilogue, one rounding to y's dtype. Returns false, having launched nothing,
+// where cuBLASLt has no algorithm for the combination, or N is not a multiple of 8 or a pointer not
+// 16-byte aligned (the caller takes the fp32 GEMM + epilogue). The heuristic is told each pointer's
+// actual alignment (it assumes 256 bytes otherwise).
+uint32_t alignment_of(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, const at::Tensor& w_global,
+               const std::optional<at::Tensor>& bias, const at::Tensor& y, int64_t m, int64_t n, int64_t k,
+               cudaStream_t stream) {
+  struct Lt {  // descriptors released on every path
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~Lt() {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (d) cublasLtMatrixLayoutDestroy(d);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  } lt;
+  if (n % 8 != 0 || alignment_of(x.data_ptr()) < 16 || alignment_of(y.data_ptr()) < 16 ||
+      (bias.has_value() && alignment_of(bias->data_ptr()) < 16))
+    return false;
+  const cudaDataType_t in = lt_type(x.scalar_type()), out = lt_type(y.scalar_type());
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+  if (cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
+  bool ok = cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm) == CUBLAS_STATUS_SUCCESS;
+  if (ok && bias.has_value()) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const void* bp = bias->data_ptr();
+    const cudaDataType_t bt = lt_type(bias->scalar_type());
+    ok = cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) == CUBLAS_STATUS_SUCCESS;
+  }
+  ok = ok && cublasLtMatrixLayoutCreate(&lt.a, in, uint64_t(k), uint64_t(n), k) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&lt.b, in, uint64_t(k), uint64_t(m), x_stride) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&lt.d, out, uint64_t(n), uint64_t(m), n) == CUBLAS_STATUS_SUCCESS;
+  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
+  const uint32_t al_a = alignment_of(wd.data_ptr()), al_b = alignment_of(x.data_ptr()),
+                 al_d = alignment_of(y.data_ptr());
+  ok = ok && cublasLtMatmulPreferenceCreate(&lt.pref) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
+                                            sizeof ws_size) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                            sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                            sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                            sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                            sizeof al_d) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return false;
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
+          CUBLAS_STATUS_SUCCESS || found == 0)
+    return false;
+  // beta = 0 from device memory (the pointer mode covers both scalars)
+  const at::Tensor zero = at::zeros({1}, x.options().dtype(at::kFloat));
+  const cublasStatus_t st =
+      cublasLtMatmul(handle, lt.op, w_global.data_ptr<float>(), wd.data_ptr(), lt.a, x.data_ptr(), lt.b,
+                     zero.data_ptr<float>(), y.data_ptr(), lt.d, y.data_ptr(), lt.d, &heur.algo,
+                     at::cuda::getCUDABlasLtWorkspace(), ws_size, stream);
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", int(st), ")");
+  return true;
+}
+#endif
+
+// The dequant strategy: temporary weight in x's dtype, then one cuBLASLt matmul with the scale and
+// bias in its epilogue, or fp32 GEMM chunks and the epilogue kernel.
 void run_dequant(const at::Tensor& x, const at::Tensor& w_packed, const at::Tensor& w_scale, const at::Tensor& w_global,
                  const std::optional<at::Tensor>& bias, int bias_dtype, const at::Tensor& y, at::ScalarType od, int64_t m,
                  int64_t n, int64_t k, int64_t x_stride, cudaStream_t stream) {
   const at::Tensor wd = at::empty({n, k}, x.options());
   launch_dequantize(kOp, w_packed, w_scale, wd, n, k, stream);
+#if QWEN38_HAVE_CUBLASLT
+  if (knob_enabled("QWEN38_NVFP4_PREFILL_LT", true) && lt_linear(x, x_stride, wd, w_global, bias, y, m, n, k, stream))
+    return;
+#endif
   const at::Tensor wt = wd.t();                                   // [K, N] view, no copy
   const at::Tensor x2 = x.as_strided({m, k}, {x_stride, 1});      // rows of x (row_stride checked them)
   const at::Tensor y2 = y.view({m, n});
