@@ -67,8 +67,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block; any other value: the default. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_RING32", "argmax",
          "The output head at 17..32 rows. argmax (default): head_argmax streams the weights through the per-thread cp.async ring at two blocks per SM (128 registers), head_logits prefetches the next step's weights in registers at one block per SM; 1: both through the ring; 0: neither. Where two ring blocks do not fit an SM (e.g. 99 KB of shared memory), the register prefetch. A launch detail for A/B timing: same bits."),
-    Knob("QWEN38_CONV_SILU_F64", "0",
-         "0 (default): the conv kernels evaluate the contract's silu (float64, rounded to fp32) in fp32 where that gives the same bits, in float64 elsewhere (csrc/conv/silu_exact.cuh; about 1 input in 24,000 of magnitude 2^-10 to 64); 1: always in float64. A launch detail for A/B timing: same bits."),
+    Knob("QWEN38_CONV_SILU_F64", "auto",
+         "auto (default): the conv kernels evaluate the contract's silu (float64, rounded to fp32) in float64 on GPUs with half-rate FP64 (sm_80, sm_90, sm_100; faster there), elsewhere (GB10, sm_86/89/120/121) in fp32 where that gives the same bits and in float64 for the rest (csrc/conv/silu_exact.cuh; about 1 input in 24,000 of magnitude 2^-10 to 64); 1: always in float64; 0: always the fp32 form. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_CONV_CHECK_INDICES", "1",
          "1: an eager CUDA call of conv_step / conv_chain / conv_tree / conv_commit copies its index "
          "tensors (slots, lengths, parents, accepted) to the host and validates them like the reference "

@@ -439,8 +439,8 @@ def test_silu_table_matches_its_generator():
 
 @pytest.mark.gpu
 def test_silu_f64_knob_keeps_bits():
-    """QWEN38_CONV_SILU_F64=1 (silu always in float64) and the default (fp32 where that gives the same
-    bits) agree bit for bit on every op, for sums spread over magnitudes 2^-12 .. 2^7 of both signs
+    """QWEN38_CONV_SILU_F64=1 (silu always in float64), =0 (fp32 where that gives the same bits) and
+    the default (auto: the faster of the two on this GPU) agree bit for bit on every op, for sums spread over magnitudes 2^-12 .. 2^7 of both signs
     (NaN compares as NaN)."""
     b, t = 3, 16
     x, cs, w = _inputs(b, t, seed=61)
@@ -457,4 +457,6 @@ def test_silu_f64_knob_keeps_bits():
     for name, fn in calls.items():
         with q.knobs.override(QWEN38_CONV_SILU_F64="1"):
             want = fn()
-        _assert_same_nan_free(fn(), want, f"{name}: fp32 silu vs float64 silu")
+        with q.knobs.override(QWEN38_CONV_SILU_F64="0"):
+            _assert_same_nan_free(fn(), want, f"{name}: fp32 silu vs float64 silu")
+        _assert_same_nan_free(fn(), want, f"{name}: the default (auto) vs float64 silu")

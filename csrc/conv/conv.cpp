@@ -141,6 +141,18 @@ std::vector<int64_t> check_parent_values(const char* op, const at::Tensor& paren
   return par;
 }
 
+// Which form of the contract's silu the kernels evaluate (both give the same bits; tests/test_conv.py
+// checks it): QWEN38_CONV_SILU_F64=1 float64 always, 0 the fp32 form (silu_exact.cuh) always; unset or
+// "auto": float64 on GPUs whose FP64 runs at half the FP32 rate (sm_80, sm_90, sm_100: on the H200 the
+// float64 form measured 20% faster at B = 8), the fp32 form elsewhere (sm_86 / 89 / 120 / 121, GB10:
+// FP64 at 1/64 of the FP32 rate).
+bool silu_in_f64(const at::Tensor& x) {
+  const char* v = std::getenv("QWEN38_CONV_SILU_F64");
+  if (v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0) return knob_enabled("QWEN38_CONV_SILU_F64", false);
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(x.device().index());
+  return prop->minor == 0 && (prop->major == 8 || prop->major == 9 || prop->major == 10);
+}
+
 Params base_params(const at::Tensor& x, const at::Tensor& conv_state, const at::Tensor& slots, int64_t b, int64_t t) {
   Params p;
   p.x = x.data_ptr();
@@ -153,7 +165,7 @@ Params base_params(const at::Tensor& x, const at::Tensor& conv_state, const at::
   p.batch = b;
   p.tokens = t;
   p.channels = x.size(-1);
-  p.silu_f64 = knob_enabled("QWEN38_CONV_SILU_F64", false);
+  p.silu_f64 = silu_in_f64(x);
   return p;
 }
 

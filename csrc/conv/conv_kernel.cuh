@@ -11,7 +11,8 @@
 //                                              then to x's dtype. The sum is NOT rounded before silu.
 //                                              Evaluated by silu_exact (silu_exact.cuh): in fp32
 //                                              where that gives the same bits, else in float64
-//                                              (Params::silu_f64: always in float64, for A/B).
+//                                              (Params::silu_f64: always in float64, the
+//                                              default where FP64 runs at half rate, e.g. sm_90).
 // The float64 silu is not correctly rounded on either side (CUDA's and the CPU's exp are within an
 // ulp of float64), so a result could differ only where the float64 value lies within ~2^-52 of an
 // fp32 rounding boundary: a few in 2^28 outputs, none seen. A NaN output is a NaN; its payload and
