@@ -9,9 +9,10 @@ from . import __version__, knobs, tables
 def _build() -> dict:
     try:
         from . import _build_info as b
-        return {"arch_list": b.ARCH_LIST, "built_with_torch": b.TORCH_VERSION, "built_with_cuda": b.CUDA_VERSION}
+        return {"arch_list": b.ARCH_LIST, "built_with_torch": b.TORCH_VERSION, "built_with_cuda": b.CUDA_VERSION,
+                "cublaslt": getattr(b, "CUBLASLT", None)}
     except ImportError:
-        return {"arch_list": None, "built_with_torch": None, "built_with_cuda": None}
+        return {"arch_list": None, "built_with_torch": None, "built_with_cuda": None, "cublaslt": None}
 
 
 def _device() -> dict:

@@ -41,9 +41,14 @@ def _weight_cached(n: int, k: int, device: str) -> formats.NVFP4Weight:
 def _call(x, w: formats.NVFP4Weight, bias=None, out_dtype=None, strategy: str | None = None):
     if strategy is None:
         return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
-    lt = "0" if strategy == "dequant-nolt" else "1"
-    with knobs.override(QWEN38_NVFP4_PREFILL=strategy.removesuffix("-nolt"), QWEN38_NVFP4_PREFILL_LT=lt):
+    with _strategy(strategy):
         return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
+
+
+def _strategy(strategy: str):
+    """The knobs of one of STRATEGIES (dequant-nolt: dequant with QWEN38_NVFP4_PREFILL_LT=0)."""
+    lt = "0" if strategy == "dequant-nolt" else "1"
+    return knobs.override(QWEN38_NVFP4_PREFILL=strategy.removesuffix("-nolt"), QWEN38_NVFP4_PREFILL_LT=lt)
 
 
 # significant bits and the subnormal spacing of each output dtype
@@ -166,7 +171,7 @@ def test_graph_equals_eager_and_deterministic(strategy, m):
     x = qt.randn_nonzero(m, k, device="cuda", seed=41)
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=42)
     fn = lambda t: OPS.nvfp4_linear(t, w.packed, w.scale, w.global_scale, bias, None)  # noqa: E731
-    with knobs.override(QWEN38_NVFP4_PREFILL=strategy):
+    with _strategy(strategy):
         qt.assert_graph_equals_eager(fn, x)
         qt.assert_deterministic(fn, x, times=3)
 
@@ -197,7 +202,7 @@ def test_bad_knob_values_are_named():
 def test_opcheck_prefill(strategy):
     w = _weight(48, 64, "cuda")
     x = qt.randn_nonzero(40, 64, device="cuda")
-    with knobs.override(QWEN38_NVFP4_PREFILL=strategy):
+    with _strategy(strategy):
         qt.run_opcheck(OPS.nvfp4_linear.default,
                        (x, w.packed, w.scale, w.global_scale, torch.ones(48, device="cuda"), torch.float32),
                        test_utils=OPCHECK_UTILS)
