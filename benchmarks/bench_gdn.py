@@ -13,6 +13,7 @@ Shapes: one Qwen3.8-27B GDN layer (16 q/k heads, 48 v heads, 128 x 128 fp32 stat
 Providers:
   qwen38        the op (torch.ops.qwen38.*), programmatic dependent launch on
   qwen38 PDL off the same op with QWEN38_PDL=0
+  qwen38 unsplit  (tree) QWEN38_GDN_TREE_SPLIT=1: one run of the whole node order per column block
   fla           fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule when importable (q/k
                 repeated to 48 heads and the l2 norm in its kernel; it reads initial_state and writes
                 a new final state): for the step at B sequences (T = 1), for the chain as T tokens.
@@ -186,7 +187,8 @@ def cases(quick: bool) -> list[Case]:
         tree = lambda q, k, v, g, beta, pool, s, p: OPS.gdn_tree_verify(q, k, v, g, beta, pool, s, p)  # noqa: E731
         nbytes = STATE + _act_bytes(1, n) + n * HV * DV * ES
         out.append(Case("gdn_tree_verify", "1 sequence x N nodes, depth 8", n, make, nbytes,
-                        STATE + _act_bytes(1, n), {"qwen38": tree, "qwen38 PDL off": _no_pdl(tree)}))
+                        STATE + _act_bytes(1, n), {"qwen38": tree, "qwen38 PDL off": _no_pdl(tree),
+                                                   "qwen38 unsplit": bench.with_knobs(tree, QWEN38_GDN_TREE_SPLIT="1")}))
     for b in sel["commit"]:
         def make(i, b=b):
             q, k, v, g, beta = _tokens(b, 8)

@@ -32,6 +32,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "1: qwen38_kernels.gdn_commit_verify runs the pending GDN commit and the next verify as one kernel "
          "(each state tile read once and written once per round); 0: gdn_commit then the verify op, two "
          "launches (a tile read twice, written once). Same bits."),
+    Knob("QWEN38_GDN_TREE_SPLIT", "auto",
+         "auto (default): gdn_tree_verify (without a folded commit) splits each sequence's depth-first node order into up to 4 runs verified side by side by separate CTAs, each replaying its first node's ancestors first, as many as the GPU holds at once (one run per 8 nodes at most; 1 where the unsplit grid fills a wave, e.g. at larger batch or on GB10's 48 SMs); 1..4: that many runs. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_GDN_CHECK_INDICES", "1",
          "1: an eager call of a CUDA GDN op copies its index tensors (slots, lengths, parents, accepted) "
          "to the host and validates them as the reference does, raising ValueError naming the argument "

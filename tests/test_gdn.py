@@ -11,6 +11,7 @@ properties (verify == decode on the CPU, float64 accuracy) are tests/test_gdn_re
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -394,6 +395,36 @@ def test_star_and_deep_chain_trees():
 
 
 @GPU
+@settings(max_examples=12, deadline=None)
+@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=2), data=st.data())
+def test_tree_split_keeps_bits(trees, data):
+    """QWEN38_GDN_TREE_SPLIT=1..4 (runs of the depth-first order on separate CTAs) and auto give
+    the same bits: random trees, and the benchmark's spine tree of 32 nodes."""
+    if data.draw(st.booleans(), label="spine"):
+        trees = [_spine_tree(32)] + trees[1:]
+    batch, t = len(trees), max(len(p) for p in trees)
+    q, k, v, g, beta, pool = _cuda(*_inputs(batch, t, seed=data.draw(st.integers(0, 2**20), label="seed")))
+    slots = torch.arange(batch, device="cuda")
+    parents = _pad_parents(trees, t).cuda()
+    lengths = torch.tensor([len(p) for p in trees], device="cuda")
+    want = OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+    for s in ("1", "2", "3", "4"):
+        with knobs.override(QWEN38_GDN_TREE_SPLIT=s):
+            got = OPS.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+        qt.assert_bitwise_equal(got, want, f"QWEN38_GDN_TREE_SPLIT={s}, trees {trees}")
+
+
+@GPU
+def test_tree_split_bad_knob_is_named():
+    q, k, v, g, beta, pool = _cuda(*_inputs(1, 4, seed=5))
+    par = torch.tensor([[-1, 0, 0, 1]], device="cuda")
+    for bad in ("0", "5", "two"):
+        with knobs.override(QWEN38_GDN_TREE_SPLIT=bad):
+            with pytest.raises(ValueError, match=r"qwen38\.gdn_tree_verify: QWEN38_GDN_TREE_SPLIT must be"):
+                OPS.gdn_tree_verify(q, k, v, g, beta, pool, torch.tensor([0], device="cuda"), par)
+
+
+@GPU
 def test_strided_and_misaligned_inputs():
     """q/k/v slices of bigger tensors (head-strided, token-strided, base off 16-byte alignment) give
     the bits of their contiguous copies (16-byte loads vs element loads)."""
@@ -599,7 +630,8 @@ _DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch
 
 def _emulate(exe, tmp_path, mode, *, q=None, k=None, v=None, g=None, beta=None, pool, slots, lengths=None,
              parents=None, accepted=None, a=None, b=None, A_log=None, dt_bias=None, scale=ref.DEFAULT_SCALE,
-             idx64=False, vec16=True, c_k=None, c_v=None, c_g=None, c_beta=None, c_accepted=None, c_parents=None):
+             idx64=False, vec16=True, c_k=None, c_v=None, c_g=None, c_beta=None, c_accepted=None, c_parents=None,
+             splits=1):
     """Run the kernel source on the host; returns (out or None, pool after)."""
     import subprocess
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -608,7 +640,7 @@ def _emulate(exe, tmp_path, mode, *, q=None, k=None, v=None, g=None, beta=None, 
     prm = {"mode": "step" if mode == "step_raw" else mode, "batch": ref_t.shape[0], "tokens": tokens,
            "pool_rows": pool.shape[0], "act": _DT[ref_t.dtype], "scale": repr(float(torch.tensor(scale).float())),
            "idx64": int(idx64), "vec16": int(vec16), "raw": int(mode == "step_raw"),
-           "heads": ",".join(map(str, EMU_HEADS))}
+           "heads": ",".join(map(str, EMU_HEADS)), "splits": splits}
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, pool=pool, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
                    slots=slots, lengths=lengths, parents=parents, accepted=accepted, c_k=c_k, c_v=c_v, c_g=c_g,
                    c_beta=c_beta, c_accepted=c_accepted, c_parents=c_parents)
@@ -761,6 +793,45 @@ def test_host_emulation_tree_fuzz(emulator, tmp_path_factory, trees, data):
     got = _emulate(emulator, tmp / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(), slots=slots,
                    accepted=acc, parents=parents)
     _check_emulated(got, (None, p_ref), pool, f"tree commit {trees} accepted {acc.tolist()}")
+
+
+def _spine_tree(n, depth=8):
+    """benchmarks/bench_gdn.py's tree (a spine with alternatives visited first): its split cuts
+    into a run with ancestors to replay."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_gdn", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "bench_gdn.py")
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules.setdefault("bench_gdn", mod)  # (its dataclasses look their module up)
+    spec.loader.exec_module(mod)
+    return mod.tree_parents(n, depth)
+
+
+def test_host_emulation_tree_split(emulator, tmp_path):
+    """The tree split (runs of the depth-first order on separate CTAs, each replaying its first
+    node's ancestors): 2, 3 and 4 runs give the reference's bits - the bench tree, a deep chain
+    with side leaves, a star, a lengths-shortened tree, and an invalid node inside a later run."""
+    spine = _spine_tree(32)
+    chainy = [-1] + [i - 1 if i % 3 else i - 2 for i in range(1, 24)]
+    star = [-1] * 9
+    trees = [spine, chainy + [-1] * (32 - len(chainy)), star + [-1] * (32 - len(star))]
+    q, k, v, g, beta, pool = _inputs(3, 32, seed=261, n_slots=4)
+    parents, lengths, slots = _pad_parents(trees, 32), _i([32, 24, 9]), _i([3, 0, 2])
+    o_ref = ref.gdn_tree_verify(q, k, v, g, beta, pool, slots, parents, lengths)
+    for splits in (2, 3, 4):
+        got = _emulate(emulator, tmp_path / f"s{splits}", "tree", q=q, k=k, v=v, g=g, beta=beta, pool=pool.clone(),
+                       slots=slots, parents=parents, lengths=lengths, splits=splits)
+        _check_emulated(got, (o_ref, pool), pool, f"tree verify in {splits} runs")
+    bad = spine[:20] + [25] + spine[21:]  # node 20 names a later node: rows from 20 are zeros
+    badp = _pad_parents([bad], 32)
+    want = ref.gdn_tree_verify(q[:1, :20], k[:1, :20], v[:1, :20], g[:1, :20], beta[:1, :20], pool, slots[:1],
+                               badp[:, :20])
+    out, _ = _emulate(emulator, tmp_path / "bad", "tree", q=q[:1], k=k[:1], v=v[:1], g=g[:1], beta=beta[:1],
+                      pool=pool.clone(), slots=slots[:1], parents=badp, splits=2)
+    hs = list(EMU_HEADS)
+    qt.assert_bitwise_equal(out[:, :20][..., hs, :], want[..., hs, :], "split: nodes before the bad one")
+    assert not out[0, 20:][:, hs].any(), "split: rows from the bad node are zeros"
 
 
 def _first_invalid(par):

@@ -313,6 +313,17 @@ at::Tensor gdn_step_raw_cuda(const at::Tensor& q, const at::Tensor& k, const at:
   return step_impl(op, q, k, v, nullptr, nullptr, state_pool, slots, scale, p);
 }
 
+// QWEN38_GDN_TREE_SPLIT: unset or "auto" -> 0 (the launcher chooses), else 1..kMaxSplits.
+int tree_splits(const char* op) {
+  const char* v = std::getenv("QWEN38_GDN_TREE_SPLIT");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && r >= 1 && r <= kMaxSplits, "qwen38.", op,
+                    ": QWEN38_GDN_TREE_SPLIT must be auto or a run count 1..", kMaxSplits, ", got '", v, "'");
+  return int(r);
+}
+
 at::Tensor verify_impl(const char* op, Mode mode, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const at::Tensor& g, const at::Tensor& beta, const at::Tensor& state_pool,
                        const at::Tensor& slots, const std::optional<at::Tensor>& parents,
@@ -339,6 +350,7 @@ at::Tensor verify_impl(const char* op, Mode mode, const at::Tensor& q, const at:
   p.out = out.data_ptr();
   p.batch = int(batch);
   p.tokens = int(t);
+  if (mode == Mode::kTree) p.splits = tree_splits(op);
   run(op, mode, p, state_pool);
   return out;
 }

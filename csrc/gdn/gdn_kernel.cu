@@ -2,8 +2,46 @@
 #include "common/launch.cuh"
 #include "gdn/gdn_kernel.cuh"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 namespace qwen38::gdn {
 namespace {
+
+// The tree split the launcher picks (Params::splits = 0): as many runs as the GPU holds CTAs for
+// at once (the runs work side by side; a second wave would wait for the first), at most
+// kMaxSplits and one run per 8 nodes. Occupancy per (device, kernel, shared memory), cached.
+template <typename K>
+int auto_splits(K kernel, size_t smem, const Params& p) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, size_t>, int> resident;  // CTAs the GPU holds at once
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  int ctas = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), smem);
+    const auto it = resident.find(key);
+    if (it != resident.end()) {
+      ctas = it->second;
+    } else {
+      int per_sm = 0, sms = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess ||
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+      }
+      ctas = per_sm * sms;
+      resident.emplace(key, ctas);
+    }
+  }
+  const long per_split = long(kColBlocks) * kVHeads * p.batch;
+  int s = int(ctas / per_split);
+  s = s < kMaxSplits ? s : kMaxSplits;
+  s = s < p.tokens / 8 ? s : p.tokens / 8;
+  return s > 1 ? s : 1;
+}
 
 template <Mode MODE, typename T, bool RAW, bool CIV = false>
 cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
@@ -14,8 +52,13 @@ cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err != cudaSuccess) return err;
   }
-  const dim3 grid(kColBlocks, kVHeads, unsigned(p.batch));
-  return launch_kernel(kernel, grid, dim3(kThreads), smem, stream, pdl, p);
+  Params q = p;
+  q.splits = 1;
+  if (MODE == Mode::kTree && !CIV) {
+    q.splits = p.splits > 0 ? (p.splits < kMaxSplits ? p.splits : kMaxSplits) : auto_splits(kernel, smem, p);
+  }
+  const dim3 grid(kColBlocks * q.splits, kVHeads, unsigned(p.batch));
+  return launch_kernel(kernel, grid, dim3(kThreads), smem, stream, pdl, q);
 }
 
 template <typename T>

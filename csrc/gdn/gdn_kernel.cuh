@@ -110,7 +110,7 @@ static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping belo
 
 // ---- shared memory layout ----------------------------------------------------------------------
 // [stash: kSegLen x kThreads floats, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
-// [bet: N][par: T][depth: T][order: T][path: kWarps x kPathLen][info: 4]      (floats, then ints)
+// [bet: N][par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4] (floats, then ints)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t stash_bytes(Mode m) {
@@ -119,7 +119,7 @@ __host__ __device__ constexpr size_t stash_bytes(Mode m) {
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
 }
-__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(3) * tokens + kWarps * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(4) * tokens + kWarps * kPathLen + 4; }
 __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
   return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
 }
@@ -335,7 +335,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
   constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
 
-  const int cb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kColBlocks + cb)
+  const int splits = MODE == Mode::kTree && !CIV && p.splits > 1 ? (p.splits < kMaxSplits ? p.splits : kMaxSplits) : 1;
+  const int part = MODE == Mode::kTree && !CIV ? int(blockIdx.x) / kColBlocks : 0;
+  const int cb = int(blockIdx.x) % kColBlocks, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = lane & 3;
   const int lcol = warp * 8 + (lane >> 2);   // this thread's column within the block, 0..31
@@ -355,7 +358,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   int* depth = par + Tm;
   int* order = depth + Tm;
   int* later = order;  // a verify tree's later[] (tree_structure); order[] is a commit's
-  int* path = order + Tm;
+  int* vlist = order + Tm;  // (kTree) the nodes this CTA runs, in order (see "split")
+  int* path = vlist + Tm;
   int* info = path + kWarps * kPathLen;
 
   // ---- tree structure: validation, depths, the accepted path ----
@@ -722,7 +726,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   // sum). Not in a tree: a node's S may be needed again by a sibling of its leaf child, and
   // choosing per node between keeping S' and S' * d_next costs a select per element, as much as
   // the product it saves.
-  auto run_tokens = [&](auto mode_tag, int nt) {
+  // (kTree) vl: the nodes to run, in order (nt of them; the first `nanc` only rebuild the state: no
+  // output); other modes run tokens 0..nt-1.
+  auto run_tokens = [&](auto mode_tag, int nt, const int* vl, int nanc) {
     constexpr Mode PM = decltype(mode_tag)::value;
     constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
@@ -733,7 +739,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
     float u = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
-    for (int i = 0; i < nt; ++i) {
+    for (int j = 0; j < nt; ++j) {
+      const int i = PM == Mode::kTree ? vl[j] : j;
+      // the node after i in this run
+      const int inx = j + 1 < nt ? (PM == Mode::kTree ? vl[j + 1] : j + 1) : -1;
       if (PM == Mode::kTree) {
         const int pa = par[i];
         if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
@@ -759,10 +768,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
       const float di = dec[i], bi = bet[i];
       const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
       // the node that continues from S' (its child), or none
-      const int next = PM != Mode::kStep && i + 1 < nt && (PM != Mode::kTree || par[i + 1] == i) ? i + 1 : -1;
+      const int next = PM != Mode::kStep && inx >= 0 && (PM != Mode::kTree || par[inx] == i) ? inx : -1;
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
-      const int sib = PM == Mode::kTree && next < 0 && i + 1 < nt && par[i + 1] == cur ? i + 1 : -1;
+      const int sib = PM == Mode::kTree && next < 0 && inx >= 0 && par[inx] == cur ? inx : -1;
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
         lds_floats(kn, kr);
 #pragma unroll
@@ -821,7 +830,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
       }
       if (kOut) {
         o = combine_segments(o);
-        if (seg == 0) *out_at(i) = from_f<T>(o);
+        if (seg == 0 && (PM != Mode::kTree || j >= nanc)) *out_at(i) = from_f<T>(o);
       }
       if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
 #pragma unroll
@@ -860,7 +869,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
         L0 = stage_issue(src, T_, true, false, true, 0);
         l0 = true;
       }
-      run_tokens(ModeTag<Mode::kCommit>{}, nc);
+      run_tokens(ModeTag<Mode::kCommit>{}, nc, nullptr, 0);
       store_tile();
       __syncthreads();  // the staging area is reused by the verify
     }
@@ -873,7 +882,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
 
   // ---- nothing to run: zero rows (verify and step), no further pool access ----
   if (!live || n == 0) {
-    if (MODE != Mode::kCommit && seg == 0)
+    if (MODE != Mode::kCommit && seg == 0 && part == 0)
       for (int i = 0; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
     return;
   }
@@ -884,7 +893,41 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   } else {
     stage(src, n, MODE != Mode::kCommit, tree_commit, true, 0);
   }
-  if (MODE == Mode::kTree) n = tree_structure(par_lo, par_hi, src.parents64, T_, n, false, 0);  // rows from n: zeros
+  int nv = n, nanc = 0;  // (kTree) the nodes this CTA runs (vlist), of which the first nanc are ancestors
+  if (MODE == Mode::kTree) {
+    n = tree_structure(par_lo, par_hi, src.parents64, T_, n, false, 0);  // rows from n: zeros
+    // ---- split: run `part` of the n valid nodes is [ra, re) in depth-first order. It starts from
+    // the state of node ra's parent, rebuilt by running ra's ancestors (root first) as nodes of the
+    // run that write no output: the nodes of a run and those ancestors form a depth-first subtree
+    // of the tree (a node's parent is in the run or an ancestor of ra), and a node's state has the
+    // same bits however it is reached, so every output is the one an unsplit launch writes. The
+    // runs' CTAs work side by side: a split of two with its cut at a takes max(a, anc(a) + n - a)
+    // node passes instead of n (anc: the ancestor count). Two runs: the cut minimizing that (the
+    // first such); more: equal node counts.
+    int ra = 0, re = n;
+    if (splits == 2) {
+      if (tid == 0) info[2] = 0x7fffffff;
+      __syncthreads();
+      if (tid >= 1 && tid < n) {
+        const int tail = depth[tid] - 1 + n - tid;
+        atomicMin(&info[2], (tid > tail ? tid : tail) << 8 | tid);  // (n <= 64: the cut fits 8 bits)
+      }
+      __syncthreads();
+      const int cut = n >= 2 ? (info[2] & 255) : n;
+      ra = part == 0 ? 0 : cut;
+      re = part == 0 ? cut : n;
+    } else if (splits > 2) {
+      ra = part * n / splits;
+      re = (part + 1) * n / splits;
+    }
+    nanc = ra < re ? depth[ra] - 1 : 0;
+    if (tid == 0) {
+      int x = ra < re ? par[ra] : -1;
+      for (int a = nanc - 1; a >= 0; --a, x = par[x]) vlist[a] = x;
+    }
+    for (int j = tid; j < re - ra; j += kThreads) vlist[nanc + j] = ra + j;
+    nv = nanc + (re - ra);
+  }
   __syncthreads();
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();
@@ -893,10 +936,10 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
   }
-  run_tokens(ModeTag<MODE>{}, n);
+  run_tokens(ModeTag<MODE>{}, MODE == Mode::kTree ? nv : n, vlist, nanc);
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
-  if (kVerify && seg == 0)  // rows at and after the length (or after an invalid tree node)
+  if (kVerify && seg == 0 && part == 0)  // rows at and after the length (or after an invalid tree node)
     for (int i = n; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
 }
 

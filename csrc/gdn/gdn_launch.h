@@ -13,6 +13,7 @@ constexpr int kHeadK = 128;
 constexpr int kHeadV = 128;
 constexpr int kMaxChainTokens = 16;
 constexpr int kMaxTreeNodes = 64;
+constexpr int kMaxSplits = 4;  // Params::splits
 
 // What a launch does (one kernel template, four modes):
 //   kStep    one token per sequence; reads and writes the pool row; output [B, 48, 128]
@@ -77,6 +78,12 @@ struct Params {
   const void* c_parents = nullptr;
   bool c_accepted64 = false, c_parents64 = false;
   int c_tokens = 1;  // Tc
+
+  // kTree without civ: CTAs per (column block, head, sequence), each verifying one run of the
+  // depth-first order after replaying the run's first node's ancestors (gdn_kernel.cuh, "split").
+  // 0: the launcher chooses from the CTAs the GPU holds at once (1 when a wave would not hold them);
+  // 1..kMaxSplits: that many. Any value gives the same bits.
+  int splits = 0;
 
   void* out = nullptr;  // [B, T, 48, 128] contiguous, act's dtype (kStep: T = 1; kCommit: none)
   int batch = 0;

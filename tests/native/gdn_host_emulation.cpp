@@ -188,7 +188,7 @@ template <Mode MODE, typename T, bool RAW, bool CIV = false>
 void run_grid(const Params& p, const std::vector<int>& heads) {
   for (unsigned b = 0; b < unsigned(p.batch); ++b)
     for (int h : heads)
-      for (unsigned cb = 0; cb < unsigned(kColBlocks); ++cb)
+      for (unsigned cb = 0; cb < unsigned(kColBlocks * (MODE == Mode::kTree && !CIV && p.splits > 1 ? p.splits : 1)); ++cb)
         emu::run_cta(emu::Dim3{cb, unsigned(h), b}, kThreads, [&p]() { gdn_kernel<MODE, T, RAW, CIV>(p); });
 }
 
@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
   p.pool_rows = std::stoll(get("pool_rows"));
   p.act = dtype_of(get("act"));
   p.scale = std::stof(get("scale"));
+  p.splits = get("splits") == "none" ? 1 : std::stoi(get("splits"));  // (kTree: the grid's runs)
   const bool tok = mode != Mode::kStep;
   const int64_t T = tok ? p.tokens : 1;
   p.q = ptr("q");
