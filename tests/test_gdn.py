@@ -417,7 +417,7 @@ def test_tree_split_keeps_bits(trees, data):
 @GPU
 def test_tree_split_bad_knob_is_named():
     q, k, v, g, beta, pool = _cuda(*_inputs(1, 4, seed=5))
-    par = torch.tensor([[-1, 0, 0, 1]], device="cuda")
+    par = torch.tensor([[-1, 0, 1, 0]], device="cuda")  # a valid tree: only the knob is bad
     for bad in ("0", "5", "two"):
         with knobs.override(QWEN38_GDN_TREE_SPLIT=bad):
             with pytest.raises(ValueError, match=r"qwen38\.gdn_tree_verify: QWEN38_GDN_TREE_SPLIT must be"):
