@@ -143,7 +143,7 @@ def test_chunked_rows_are_bit_identical_to_one_row_calls():
 @pytest.mark.gpu
 def test_auto_picks_by_the_threshold():
     """auto == chunked below the threshold and == dequant at and above it (QWEN38_NVFP4_PREFILL_ROWS
-    and the built-in rule: 128 rows for N < 1024, 64 from N = 1024)."""
+    and the built-in rule: 128 rows for N < 1024; from N = 1024, 65 rows for K <= 6144, else 64)."""
     n, k = 1000, 5120
     w = _weight_cached(n, k, "cuda")
     x = qt.randn_nonzero(300, k, device="cuda", seed=31)
@@ -160,6 +160,14 @@ def test_auto_picks_by_the_threshold():
     with knobs.override(QWEN38_NVFP4_PREFILL="auto", QWEN38_NVFP4_PREFILL_ROWS=""):
         for rows, pick in ((127, 0), (128, 1)):  # N = 1000 < 1024: 128 rows
             qt.assert_bitwise_equal(_call(x[:rows], w), both(rows)[pick], f"built-in rule, {rows} rows")
+    for (n2, k2), cut in (((1024, 5120), 65), ((1024, 6400), 64)):
+        w2 = _weight_cached(n2, k2, "cuda")
+        x2 = qt.randn_nonzero(cut + 1, k2, device="cuda", seed=32)
+        with knobs.override(QWEN38_NVFP4_PREFILL="auto", QWEN38_NVFP4_PREFILL_ROWS=""):
+            for rows, pick in ((cut - 1, 0), (cut, 1)):
+                c, d = _call(x2[:rows], w2, strategy="chunked"), _call(x2[:rows], w2, strategy="dequant")
+                assert not torch.equal(c.view(torch.int16), d.view(torch.int16)), "chunked and dequant agree"
+                qt.assert_bitwise_equal(_call(x2[:rows], w2), (c, d)[pick], f"built-in rule, {n2}x{k2}, {rows} rows")
 
 
 @pytest.mark.gpu

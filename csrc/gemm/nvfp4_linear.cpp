@@ -56,9 +56,13 @@ namespace qwen38::gemm {
 // the dequant path 228 us (cuBLAS alone 95 us); at 1024 rows dequant 712 us, cuBLAS 556 us. With a
 // fixed ~130 us of dequantize + epilogue, dequant wins from about 64 rows (2 chunks ~240 us). Narrow weights (N < 1024) stream fast in the skinny kernel while their dequantize and GEMM
 // launches dominate: 128 rows (not measured).
+// Session 9 (4 tiles a warp at 17..32 rows; benchmarks/results/h200/nvfp4.md): at 64 rows chunked /
+// dequant took 178 / 222 us on 34816x5120 and 107 / 114 us on 17408x5120, but 120 / 111 us on
+// 5120x17408 (K 17408: the skinny kernel's 32 rows cost 59 us); at 96 rows three chunks lose
+// everywhere. So K <= 6144 takes dequant from 65 rows, the rest from 64.
 int64_t nvfp4_prefill_dequant_rows(int64_t n, int64_t k) {
-  (void)k;
-  return n < 1024 ? 128 : 64;
+  if (n < 1024) return 128;
+  return k <= 6144 ? 65 : 64;
 }
 
 namespace {
