@@ -320,7 +320,7 @@ int tree_splits(const char* op) {
   char* end = nullptr;
   const long r = std::strtol(v, &end, 10);
   TORCH_CHECK_VALUE(end != v && *end == '\0' && r >= 1 && r <= kMaxSplits, "qwen38.", op,
-                    ": QWEN38_GDN_TREE_SPLIT must be auto or a run count 1..", kMaxSplits, ", got '", v, "'");
+                    ": QWEN38_GDN_TREE_SPLIT must be auto or a run count 1..", num(kMaxSplits), ", got '", v, "'");
   return int(r);
 }
 

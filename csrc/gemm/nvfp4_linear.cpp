@@ -258,7 +258,7 @@ bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, cons
       cublasLtMatmul(handle, lt.op, w_global.data_ptr<float>(), wd.data_ptr(), lt.a, x.data_ptr(), lt.b,
                      zero.data_ptr<float>(), y.data_ptr(), lt.d, y.data_ptr(), lt.d, &heur.algo,
                      at::cuda::getCUDABlasLtWorkspace(), ws_size, stream);
-  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", int(st), ")");
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
   return true;
 }
 #endif
