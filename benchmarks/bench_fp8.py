@@ -9,6 +9,8 @@ Random weights: one bf16 matrix per shape, quantized once on the GPU with
 ``formats_fp8.quantize_fp8_block``; the rotating copies are clones of it.
 Providers:
   qwen38          the op, bf16 output
+  qwen38 narrow stream  the op with QWEN38_FP8_STREAM=narrow (17..32 rows through the skinny kernel,
+                  not the register-stream kernel's second m16 tile; the same bits)
   cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (2x the weight bytes)
   dequant+matmul  ``F.linear(x, formats_fp8.dequantize_fp8_block(w, bf16))``, the dequantization
                   inside the timed call: what a user writes first
@@ -93,6 +95,9 @@ def _qwen38(x, w, s):
     return torch.ops.qwen38.fp8_block_linear(x, w, s)
 
 
+_qwen38_narrow = bench.with_knobs(_qwen38, QWEN38_FP8_STREAM="narrow")  # 17..32 rows: the skinny kernel
+
+
 def _cublas(x, w):
     return F.linear(x, w)
 
@@ -118,6 +123,7 @@ class Provider:
 
 PROVIDERS = (
     Provider("qwen38", _qwen38, fp8_weight_bytes),
+    Provider("qwen38 narrow stream", _qwen38_narrow, fp8_weight_bytes),
     Provider("cuBLAS bf16", _cublas, bf16_weight_bytes),
     # milliseconds a call: 20 calls a graph already hide the launches, and keep the sweep short
     Provider("dequant+matmul", _dequant_matmul, fp8_weight_bytes, min_calls=20),
@@ -191,7 +197,8 @@ def build_weights(shape: Shape) -> tuple[dict[str, tuple], dict[str, str], Calla
     n, k = shape.N, shape.K
     w = torch.randn(n, k, dtype=DTYPE, device=DEVICE) * (k ** -0.5)
     q = _quantize_on_gpu(w)
-    weights = {"qwen38": (q.weight, q.weight_scale_inv), "cuBLAS bf16": (w,),
+    weights = {"qwen38": (q.weight, q.weight_scale_inv), "qwen38 narrow stream": (q.weight, q.weight_scale_inv),
+               "cuBLAS bf16": (w,),
                "dequant+matmul": (q.weight, q.weight_scale_inv)}
     notes: dict[str, str] = {}
     make_x8 = None

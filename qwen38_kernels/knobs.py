@@ -64,7 +64,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_STREAM", "1",
          "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at every row count; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_FP8_STREAM", "1",
-         "1 (default): 1..16 rows of the FP8 block skinny path use the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4); 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
+         "1 (default): the FP8 block skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4; 17..32 rows with a second m16 tile); narrow: the stream kernel at 1..16 rows only, the skinny kernel at 17..32; 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",
          "Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block; any other value: the default. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_RING32", "argmax",

@@ -66,17 +66,20 @@ def test_every_e4m3_code_is_decoded_exactly(xdt):
 @pytest.mark.parametrize("n,k,ks,nt", [(256, 5120, 2, 4), (256, 5120, 4, 4), (128, 5120, 2, 2), (384, 5120, 4, 2),
                                        (128, 5120, 8, 2), (96, 6144, 8, 2), (64, 17408, 8, 2)])
 def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_variant):
-    """1..16 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
-    default); with the knob at 0 the skinny kernel computes them: the same bits at every row count,
-    bf16 and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale
-    rows); and every row of a 32-row call (17..32 rows: the skinny kernel) agrees with its 1-row call."""
+    """1..32 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
+    default; 17..32 rows with a second m16 tile, except 4 tiles at k split 8); with the knob at 0
+    the skinny kernel computes them (narrow: at 17..32 rows): the same bits at every row count, bf16
+    and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale rows);
+    and every row of a 32-row call agrees with its 1-row call."""
     skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=3)
     for xdt in (torch.bfloat16, torch.float16):
         x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=10 * ks + nt)[:, :k]  # row stride k + 64
-        qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_STREAM", "0",
-                                  extras=((None, None), (bias, torch.float32)), what=f"{xdt} stream vs skinny: ")
+        for off in ("0", "narrow"):  # the skinny kernel at every row count / at 17..32 rows
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_STREAM", off,
+                                      extras=((None, None), (bias, torch.float32)),
+                                      what=f"{xdt} stream vs skinny (QWEN38_FP8_STREAM={off}): ")
         qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
 
 

@@ -12,6 +12,14 @@
 namespace qwen38::gemm {
 namespace {
 
+// QWEN38_FP8_STREAM: unset or 1 -> 1 (the register-stream kernel where it serves, 1..32 rows),
+// "narrow" -> 2 (1..16 rows only), off -> 0 (the skinny kernel).
+int fp8_stream_mode() {
+  const char* v = std::getenv("QWEN38_FP8_STREAM");
+  if (v != nullptr && std::strcmp(v, "narrow") == 0) return 2;
+  return knob_enabled("QWEN38_FP8_STREAM", true) ? 1 : 0;
+}
+
 constexpr const char* kOp = "fp8_block_linear";
 
 at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_scale_inv,
@@ -57,7 +65,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
-  p.stream = knob_enabled("QWEN38_FP8_STREAM", true);
+  p.stream = fp8_stream_mode();
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
   check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),

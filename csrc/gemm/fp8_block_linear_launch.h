@@ -18,7 +18,8 @@ struct Fp8BlockParams {
   int bias_dtype = 0;             // 0 bf16, 1 fp16, 2 fp32
   int out = 0;                    // y dtype: int(Out)
   int stream = 1;                 // skinny path: 1 = the register-stream kernel where it serves the
-                                  // shape (fp8_stream_kernel.cuh), 0 = always the skinny kernel;
+                                  // shape (fp8_stream_kernel.cuh), 2 = the same at 1..16 rows only,
+                                  // 0 = always the skinny kernel;
                                   // changes no bit
 };
 
