@@ -31,7 +31,7 @@ def _call(x, w: f8.FP8BlockWeight, bias=None, out_dtype=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32])
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32, 33, 100])
 @pytest.mark.parametrize("n,k", [(48, 5120), (1024, 5120), (5120, 6144), (200, 272), (136, 48)])
 @pytest.mark.parametrize("out", [None, torch.float32])
 def test_accuracy_within_the_float64_bound(m, n, k, out):
@@ -120,15 +120,29 @@ def test_graph_equals_eager_and_deterministic(m):
 
 
 @pytest.mark.gpu
-def test_wrapper_bias_and_row_limit():
+def test_wrapper_bias():
     w = _weight(200, 272, "cuda")
     x = qt.randn_nonzero(2, 3, 272, device="cuda", seed=1)
     bias = qt.randn_nonzero(200, dtype=torch.float32, device="cuda", seed=2)
     y = q.fp8_block_linear(x, w, bias=bias)
     assert y.shape == (2, 3, 200)
     qt.assert_bitwise_equal(y, _call(x, w, bias), "wrapper vs op")
-    with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: 33 rows"):
-        _call(qt.randn_nonzero(33, 272, device="cuda"), w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", [(200, 272), (384, 5120)])
+def test_more_than_32_rows_in_slices(n, k):
+    """33..200 rows (32-row slices of the skinny kernel): every row bit-identical to its 1-row call,
+    with bias and fp32 output, from a strided x (the float64 bound: test_accuracy_within_...)."""
+    w = _weight(n, k, "cuda")
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
+    x = qt.randn_nonzero(200, k + 32, device="cuda", seed=6)[:, :k]
+    for rows in (33, 64, 65, 200):
+        for extra in ((None, None), (bias, torch.float32)):
+            y = _call(x[:rows], w, *extra)
+            assert y.shape == (rows, n)
+            for r in (0, 31, 32, rows - 1):
+                qt.assert_bitwise_equal(y[r:r + 1], _call(x[r:r + 1], w, *extra), f"{rows} rows: row {r}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,5 +1,5 @@
-// Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows).
-// More rows: not built yet (the op says so).
+// Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows; more rows
+// in 32-row slices).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -42,7 +42,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const int64_t m = x.numel() / k;
   if (m == 0 || n == 0) return y;
   const int64_t x_stride = row_stride(kOp, "x", x);
-  check_skinny_rows(kOp, m, kSkinnyMaxRows, x, x_stride);
+  check_x_rows_aligned(kOp, x, x_stride);
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "qwen38.", kOp, ": w must be 16-byte aligned");
 
   Fp8BlockParams p;
@@ -52,7 +52,6 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.bias_dtype = bias_dtype;
   p.y = y.data_ptr();
-  p.m = m;
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
@@ -60,9 +59,19 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.stream = knob_enabled("QWEN38_FP8_STREAM", true);
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),
-                                            at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
-               x);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const bool pdl = knob_enabled("QWEN38_PDL", true);
+  // More than 32 rows: the skinny kernel on 32-row slices (each row still bit-identical to its
+  // 1-row call; the weight is read once per slice: no tensor-core prefill path yet).
+  const int64_t x_es = x.element_size(), y_es = od == at::kFloat ? 4 : 2;
+  const char* x0 = static_cast<const char*>(p.x);
+  char* y0 = static_cast<char*>(p.y);
+  for (int64_t r0 = 0; r0 < m; r0 += kSkinnyMaxRows) {
+    p.m = std::min(kSkinnyMaxRows, m - r0);
+    p.x = x0 + r0 * x_stride * x_es;
+    p.y = y0 + r0 * n * y_es;
+    check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, pdl, stream), x);
+  }
   return y;
 }
 
