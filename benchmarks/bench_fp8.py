@@ -4,7 +4,8 @@
 
 Op and shapes: ``torch.ops.qwen38.fp8_block_linear(x, w, w_scale_inv)``, x bf16 [M, K], w
 float8_e4m3fn [N, K] with fp32 scales [ceil(N/128), ceil(K/128)] (Qwen ``*-FP8``), for the large
-weights of a Qwen3.8-27B decode step (MODEL.md), M = 1..32 rows (decode and speculative verify).
+weights of a Qwen3.8-27B decode step (MODEL.md), M = 1..32 rows (decode and speculative verify),
+and 64 / 512 rows on the first shape (more than 32 rows: the op's 32-row slices of the same kernels).
 Random weights: one bf16 matrix per shape, quantized once on the GPU with
 ``formats_fp8.quantize_fp8_block``; the rotating copies are clones of it.
 Providers:
@@ -42,6 +43,7 @@ DTYPE = torch.bfloat16
 ES = 2                     # bytes per bf16 element
 ROWS = (1, 2, 4, 8, 16, 24, 32)
 QUICK_ROWS = (1, 16, 32)
+PREFILL_ROWS = (64, 512)   # more than 32 rows (the op's 32-row slices), on the first shape only
 QUANT_CHUNK_ROWS = 4096    # rows quantized at a time (whole 128-row tiles: the result is that of one call)
 
 
@@ -134,7 +136,7 @@ def record_bytes(provider: str, m: int, n: int, k: int) -> int:
 def work(quick: bool = False) -> list[tuple[Shape, int]]:
     """Every (shape, rows) of the sweep, shapes in table order."""
     rows = QUICK_ROWS if quick else ROWS
-    return [(s, m) for s in SHAPES for m in rows]
+    return [(s, m) for s in SHAPES for m in rows + (PREFILL_ROWS if s == SHAPES[0] else ())]
 
 
 # ---- weights and activations ---------------------------------------------------------------------
@@ -220,6 +222,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
     meta["ceiling_method"] = getattr(ceiling, "method", "given by the caller")
     print(f"read ceiling {ceiling:.0f} GB/s", file=sys.stderr)
     meta["rows"] = list(QUICK_ROWS if quick else ROWS)
+    meta["prefill_rows"] = f"{list(PREFILL_ROWS)} on {SHAPES[0].name} only"
     meta["shapes"] = [s.name for s in SHAPES]
     meta["scaled_mm"] = ("torch._scaled_mm, fp8 activations quantized outside the timing; a different "
                          "contract (8-bit activations): speed only")
