@@ -10,6 +10,7 @@ Random weights: one bf16 matrix per shape, quantized once on the GPU with
 ``formats_fp8.quantize_fp8_block``; the rotating copies are clones of it.
 Providers:
   qwen38          the op, bf16 output
+  qwen38 chunked / qwen38 dequant  (more than 32 rows) the op with QWEN38_FP8_PREFILL forced
   cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (2x the weight bytes)
   dequant+matmul  ``F.linear(x, formats_fp8.dequantize_fp8_block(w, bf16))``, the dequantization
                   inside the timed call: what a user writes first
@@ -95,6 +96,10 @@ def _qwen38(x, w, s):
     return torch.ops.qwen38.fp8_block_linear(x, w, s)
 
 
+_qwen38_chunked = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="chunked")  # more than 32 rows
+_qwen38_dequant = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="dequant")
+
+
 def _cublas(x, w):
     return F.linear(x, w)
 
@@ -116,10 +121,13 @@ class Provider:
     weight_bytes: Callable[[int, int], int]
     act_bytes: Callable[[int, int, int], int] = activation_bytes
     min_calls: int = 200
+    min_rows: int = 0  # timed only from this many rows on
 
 
 PROVIDERS = (
     Provider("qwen38", _qwen38, fp8_weight_bytes),
+    Provider("qwen38 chunked", _qwen38_chunked, fp8_weight_bytes, min_calls=20, min_rows=33),
+    Provider("qwen38 dequant", _qwen38_dequant, fp8_weight_bytes, min_calls=20, min_rows=33),
     Provider("cuBLAS bf16", _cublas, bf16_weight_bytes),
     # milliseconds a call: 20 calls a graph already hide the launches, and keep the sweep short
     Provider("dequant+matmul", _dequant_matmul, fp8_weight_bytes, min_calls=20),
@@ -194,6 +202,7 @@ def build_weights(shape: Shape) -> tuple[dict[str, tuple], dict[str, str], Calla
     w = torch.randn(n, k, dtype=DTYPE, device=DEVICE) * (k ** -0.5)
     q = _quantize_on_gpu(w)
     weights = {"qwen38": (q.weight, q.weight_scale_inv), "cuBLAS bf16": (w,),
+               "qwen38 chunked": (q.weight, q.weight_scale_inv), "qwen38 dequant": (q.weight, q.weight_scale_inv),
                "dequant+matmul": (q.weight, q.weight_scale_inv)}
     notes: dict[str, str] = {}
     make_x8 = None
@@ -243,8 +252,8 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
         n, k = shape.N, shape.K
         for prov in PROVIDERS:
             master = weights.get(prov.name)
-            if master is None:
-                continue  # skipped for this shape (noted once above)
+            if master is None or m < prov.min_rows:
+                continue  # skipped for this shape (noted once above), or not a row count it serves
             if prov.name == "scaled_mm fp8":
                 make_x = lambda i: make_x8(m)  # noqa: E731
             else:
