@@ -33,4 +33,16 @@ bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
 cudaError_t launch_fp8_stream(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
 
+// The "dequant" prefill strategy's weight split (fp8_split_kernel.cu): rows [0, n) of w and their
+// scales into three bf16 terms t0 + t1 + t2 = fp32(e4m3(w) * scale) exactly.
+struct Fp8SplitParams {
+  const uint8_t* w = nullptr;     // [n, k] float8_e4m3fn rows, contiguous, 16-byte aligned
+  const float* scale = nullptr;   // the rows' scale rows: [ceil(n/128), gk] fp32 (n0 a multiple of 128)
+  void* t0 = nullptr;             // [n, k] bf16 each, contiguous, 16-byte aligned
+  void* t1 = nullptr;
+  void* t2 = nullptr;
+  int64_t n = 0, k = 0, gk = 0;   // k a positive multiple of 16; gk = ceil(K / 128)
+};
+cudaError_t launch_fp8_split(const Fp8SplitParams& p, bool pdl, cudaStream_t stream);
+
 }  // namespace qwen38::gemm
