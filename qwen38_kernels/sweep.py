@@ -164,18 +164,17 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
         _write(out / arch / "fp8_block.json", _table("fp8_block", arch, op, prov, narrow, d, False))
 
 
-def analytic_variant(n: int, k: int, sms: int, wide_max: int = 4) -> tuple[int, int, int]:
-    """(ksplit, nt_narrow, nt_wide) for a GPU of ``sms`` SMs: the default k split, and the most tiles
-    per warp that still leave >= 8 warps per SM (a 230 GB/s part needs few bytes in flight per SM;
-    more tiles per warp amortize the activation loads). 17..32 rows take at most ``wide_max`` tiles
-    (NVFP4: 4, which the H200 sweep picks for every large shape; FP8: 2, its 4-tile wide form holds
-    ~240 registers)."""
+def analytic_variant(n: int, k: int, sms: int) -> tuple[int, int]:
+    """(ksplit, nt) for a GPU of ``sms`` SMs: the default k split, and the most tiles per warp that
+    still leave >= 8 warps per SM (a 230 GB/s part needs few bytes in flight per SM; more tiles per
+    warp amortize the activation loads). 17..32 rows take the same for NVFP4 (4 tiles is what the
+    H200 sweep picks for every large shape) and at most 2 for FP8 (its 4-tile wide form holds ~240
+    registers)."""
     from . import _C
     ks, _, _ = _C.skinny_default_variant(n, k)
     tiles = -(-n // 8)
     nt = next(t for t in (4, 2, 1) if t == 1 or -(-tiles // t) * ks >= 8 * sms)
-    ntw = next(t for t in (4, 2, 1) if t <= wide_max and (t == 1 or -(-tiles // t) * ks >= 8 * sms))
-    return ks, nt, ntw
+    return ks, nt
 
 
 def run_analytic(arch: str, out: Path) -> None:
@@ -187,12 +186,11 @@ def run_analytic(arch: str, out: Path) -> None:
     prov = _provenance(True, metric)
     narrow, wide, fp8 = {}, {}, {}
     for s in _shapes.WEIGHT_SHAPES:
-        ks, nt, ntw = analytic_variant(s.n, s.k, sms)
-        _, _, ntw8 = analytic_variant(s.n, s.k, sms, wide_max=2)
+        ks, nt = analytic_variant(s.n, s.k, sms)
         key = f"{s.n},{s.k}"
         narrow[key] = {"variant": _variant(ks, nt), "label": s.label}
-        wide[key] = {"variant": _variant(ks, ntw), "label": s.label}
-        fp8[key] = {"variant": _variant(ks, nt), "variant_wide": _variant(ks, ntw8), "label": s.label}
+        wide[key] = {"variant": _variant(ks, nt), "label": s.label}
+        fp8[key] = {"variant": _variant(ks, nt), "variant_wide": _variant(ks, min(nt, 2)), "label": s.label}
     d = "rule: skinny_default_variant(N, K)"
     _write(out / arch / "nvfp4_skinny.json", _table("nvfp4_skinny", arch, "nvfp4_linear", prov, narrow, d, True))
     _write(out / arch / "nvfp4_skinny_wide.json",

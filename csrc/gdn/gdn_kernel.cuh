@@ -335,8 +335,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
   // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
   constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
 
-  // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kColBlocks + cb)
-  const int splits = MODE == Mode::kTree && !CIV && p.splits > 1 ? (p.splits < kMaxSplits ? p.splits : kMaxSplits) : 1;
+  // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kColBlocks + cb;
+  // p.splits as the launcher resolved it, 1..kMaxSplits)
+  const int splits = MODE == Mode::kTree && !CIV ? p.splits : 1;
   const int part = MODE == Mode::kTree && !CIV ? int(blockIdx.x) / kColBlocks : 0;
   const int cb = int(blockIdx.x) % kColBlocks, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

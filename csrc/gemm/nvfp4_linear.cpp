@@ -37,10 +37,7 @@
 #include "gemm/nvfp4_dequant_launch.h"
 #include "gemm/nvfp4_linear_launch.h"
 
-#if QWEN38_HAVE_CUBLASLT
-#include <ATen/cuda/CUDAContextLight.h>  // the cuBLASLt handle and workspace torch keeps
-#include <cublasLt.h>
-#endif
+#include "gemm/cublaslt_host.h"
 
 // at::mm(a, b, out_dtype) (aten::mm.dtype: bf16/fp16 inputs, fp32 output on CUDA) arrived in torch
 // 2.8; pyproject.toml asks for torch >= 2.9.
@@ -187,29 +184,11 @@ cudaDataType_t lt_type(at::ScalarType t) {
 // alpha and beta from device memory (graph safe, no host read), fp32 compute and scale, the bias
 // added in fp32 by the epilogue, one rounding to y's dtype. Returns false, having launched nothing,
 // where cuBLASLt has no algorithm for the combination, or N is not a multiple of 8 or a pointer not
-// 16-byte aligned (the caller takes the fp32 GEMM + epilogue). The heuristic is told each pointer's
-// actual alignment (it assumes 256 bytes otherwise).
-uint32_t alignment_of(const void* p) {
-  uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-  return a;
-}
-
+// 16-byte aligned (the caller takes the fp32 GEMM + epilogue).
 bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, const at::Tensor& w_global,
                const std::optional<at::Tensor>& bias, const at::Tensor& y, int64_t m, int64_t n, int64_t k,
                cudaStream_t stream) {
-  struct Lt {  // descriptors released on every path
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~Lt() {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (d) cublasLtMatrixLayoutDestroy(d);
-      if (b) cublasLtMatrixLayoutDestroy(b);
-      if (a) cublasLtMatrixLayoutDestroy(a);
-      if (op) cublasLtMatmulDescDestroy(op);
-    }
-  } lt;
+  LtDescs lt;
   if (n % 8 != 0 || alignment_of(x.data_ptr()) < 16 || alignment_of(y.data_ptr()) < 16 ||
       (bias.has_value() && alignment_of(bias->data_ptr()) < 16))
     return false;
@@ -231,20 +210,7 @@ bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, cons
   ok = ok && cublasLtMatrixLayoutCreate(&lt.a, in, uint64_t(k), uint64_t(n), k) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatrixLayoutCreate(&lt.b, in, uint64_t(k), uint64_t(m), x_stride) == CUBLAS_STATUS_SUCCESS &&
        cublasLtMatrixLayoutCreate(&lt.d, out, uint64_t(n), uint64_t(m), n) == CUBLAS_STATUS_SUCCESS;
-  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  const uint32_t al_a = alignment_of(wd.data_ptr()), al_b = alignment_of(x.data_ptr()),
-                 al_d = alignment_of(y.data_ptr());
-  ok = ok && cublasLtMatmulPreferenceCreate(&lt.pref) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
-                                            sizeof ws_size) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
-                                            sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
-                                            sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
-                                            sizeof al_d) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
-                                            sizeof al_d) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && lt_preference(lt, wd.data_ptr(), x.data_ptr(), y.data_ptr());
   if (!ok) return false;
   const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   cublasLtMatmulHeuristicResult_t heur{};
@@ -257,7 +223,7 @@ bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, cons
   const cublasStatus_t st =
       cublasLtMatmul(handle, lt.op, w_global.data_ptr<float>(), wd.data_ptr(), lt.a, x.data_ptr(), lt.b,
                      zero.data_ptr<float>(), y.data_ptr(), lt.d, y.data_ptr(), lt.d, &heur.algo,
-                     at::cuda::getCUDABlasLtWorkspace(), ws_size, stream);
+                     at::cuda::getCUDABlasLtWorkspace(), at::cuda::getCUDABlasLtWorkspaceSize(), stream);
   TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
   return true;
 }
