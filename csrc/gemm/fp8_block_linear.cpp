@@ -23,10 +23,7 @@
 #include "gemm/fp8_block_linear_launch.h"
 #include "gemm/nvfp4_dequant_launch.h"  // the prefill epilogue
 
-#if QWEN38_HAVE_CUBLASLT
-#include <ATen/cuda/CUDAContextLight.h>  // the cuBLASLt handle and workspace torch keeps
-#include <cublasLt.h>
-#endif
+#include "gemm/cublaslt_host.h"
 
 namespace qwen38::gemm {
 namespace {
@@ -65,60 +62,32 @@ int64_t fp8_prefill_dequant_rows(int64_t n, int64_t k) {
 }
 
 #if QWEN38_HAVE_CUBLASLT
-uint32_t alignment_of(const void* ptr) {  // (the heuristic assumes 256 bytes unless told)
-  uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<uintptr_t>(ptr) % a != 0) a /= 2;
-  return a;
-}
-
 // D[m, nn] (fp32, row stride ldd) = x[m, K] t[nn, K]^T + beta D (beta 0 or 1): one cuBLASLt matmul
 // in the column-major view (D^T [nn, m] = t * x^T), bf16 inputs, fp32 compute. Scalars from the host
 // (constants: graph safe). Returns false, having launched nothing, where cuBLASLt has no algorithm.
 bool lt_gemm_f32(const void* x, int64_t x_stride, const void* t, float* d, int64_t ldd, int64_t m, int64_t nn,
                  int64_t k, float beta, cudaStream_t stream) {
-  struct Lt {  // descriptors released on every path
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~Lt() {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (c) cublasLtMatrixLayoutDestroy(c);
-      if (b) cublasLtMatrixLayoutDestroy(b);
-      if (a) cublasLtMatrixLayoutDestroy(a);
-      if (op) cublasLtMatmulDescDestroy(op);
-    }
-  } lt;
+  LtDescs lt;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   if (cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
-  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  const uint32_t al_a = alignment_of(t), al_b = alignment_of(x), al_c = alignment_of(d);
   const bool ok =
       cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_16BF, uint64_t(k), uint64_t(nn), k) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_16BF, uint64_t(k), uint64_t(m), x_stride) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_32F, uint64_t(nn), uint64_t(m), ldd) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceCreate(&lt.pref) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
-                                           sizeof ws_size) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
-                                           sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
-                                           sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
-                                           sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
-                                           sizeof al_c) == CUBLAS_STATUS_SUCCESS;
+      cublasLtMatrixLayoutCreate(&lt.d, CUDA_R_32F, uint64_t(nn), uint64_t(m), ldd) == CUBLAS_STATUS_SUCCESS &&
+      lt_preference(lt, t, x, d);
   if (!ok) return false;
   const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.c, lt.c, lt.pref, 1, &heur, &found) !=
+  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
           CUBLAS_STATUS_SUCCESS || found == 0)
     return false;
   const float alpha = 1.f;
-  const cublasStatus_t st = cublasLtMatmul(handle, lt.op, &alpha, t, lt.a, x, lt.b, &beta, d, lt.c, d, lt.c,
-                                           &heur.algo, at::cuda::getCUDABlasLtWorkspace(), ws_size, stream);
+  const cublasStatus_t st =
+      cublasLtMatmul(handle, lt.op, &alpha, t, lt.a, x, lt.b, &beta, d, lt.d, d, lt.d, &heur.algo,
+                     at::cuda::getCUDABlasLtWorkspace(), at::cuda::getCUDABlasLtWorkspaceSize(), stream);
   TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
   return true;
 }
