@@ -212,18 +212,18 @@ def test_prefill_auto_threshold_and_fp16():
     count, and dequant forced on fp16 is refused with a clear error; bad knob values are named."""
     n, k = 1024, 5120
     w = _weight(n, k, "cuda")
-    x = qt.randn_nonzero(128, k, dtype=torch.bfloat16, device="cuda", seed=3)
-    y127 = _call(x[:127], w)
-    for r in (0, 64, 126):
-        qt.assert_bitwise_equal(y127[r:r + 1], _call(x[r:r + 1], w), f"auto at 127 rows: row {r}")
-    y128 = _call(x, w)
+    x = qt.randn_nonzero(256, k, dtype=torch.bfloat16, device="cuda", seed=3)
+    y255 = _call(x[:255], w)
+    for r in (0, 128, 254):
+        qt.assert_bitwise_equal(y255[r:r + 1], _call(x[r:r + 1], w), f"auto at 255 rows: row {r}")
+    y256 = _call(x, w)
     with q.knobs.override(QWEN38_FP8_PREFILL="chunked"):
-        c128 = _call(x, w)
-    assert not torch.equal(y128.view(torch.int16), c128.view(torch.int16)), "auto at 128 rows took chunked"
-    _check_bound(y128, x, w, None, "auto at 128 rows")
+        c256 = _call(x, w)
+    assert not torch.equal(y256.view(torch.int16), c256.view(torch.int16)), "auto at 256 rows took chunked"
+    _check_bound(y256, x, w, None, "auto at 256 rows")
     x16 = x.half()
     y16 = _call(x16, w)
-    qt.assert_bitwise_equal(y16[100:101], _call(x16[100:101], w), "fp16 x at 128 rows: chunked")
+    qt.assert_bitwise_equal(y16[200:201], _call(x16[200:201], w), "fp16 x at 256 rows: chunked")
     with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
         with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: QWEN38_FP8_PREFILL=dequant serves bfloat16"):
             _call(x16, w)

@@ -52,13 +52,15 @@ Prefill prefill_mode() {
   return Prefill::kAuto;
 }
 
-// Rows from which "auto" takes the dequant strategy (bf16 x): an estimate, not yet measured. On
-// 34816x5120 the chunked path costs ~136 us per 32 rows (the skinny kernel at 32 rows); the
-// dequant path writes three bf16 copies of the weight (~1.07 GB, ~270 us) and runs three GEMMs of
-// cuBLAS's bf16 speed (~95 us each at 128 rows): about even at 128 rows, dequant ahead above.
+// Rows from which "auto" takes the dequant strategy (bf16 x). Measured on the H200 (session 10,
+// benchmarks/results/h200/fp8.md, 34816x5120): chunked 214.7 / 1805 us at 64 / 512 rows (~3.5 us a
+// row: the skinny kernel at 32 rows, 107 us), dequant 657 / 1190 us (~580 us for the weight split
+// plus ~1.2 us a row for the three GEMMs): even at ~260 rows. Both costs scale with N x K, so the
+// crossover is about the same for every shape.
 int64_t fp8_prefill_dequant_rows(int64_t n, int64_t k) {
+  (void)n;
   (void)k;
-  return n < 1024 ? 256 : 128;
+  return 256;
 }
 
 #if QWEN38_HAVE_CUBLASLT
