@@ -4,11 +4,15 @@
 
 Op and shapes: ``torch.ops.qwen38.fp8_block_linear(x, w, w_scale_inv)``, x bf16 [M, K], w
 float8_e4m3fn [N, K] with fp32 scales [ceil(N/128), ceil(K/128)] (Qwen ``*-FP8``), for the large
-weights of a Qwen3.8-27B decode step (MODEL.md), M = 1..32 rows (decode and speculative verify).
+weights of a Qwen3.8-27B decode step (MODEL.md), M = 1..32 rows (decode and speculative verify),
+and 64 / 512 rows on the first shape (more than 32 rows: the op's 32-row slices of the same kernels).
 Random weights: one bf16 matrix per shape, quantized once on the GPU with
 ``formats_fp8.quantize_fp8_block``; the rotating copies are clones of it.
 Providers:
   qwen38          the op, bf16 output
+  qwen38 narrow stream  the op with QWEN38_FP8_STREAM=narrow (17..32 rows through the skinny kernel,
+                  not the register-stream kernel's second m16 tile; the same bits)
+  qwen38 chunked / qwen38 dequant  (more than 32 rows) the op with QWEN38_FP8_PREFILL forced
   cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (2x the weight bytes)
   dequant+matmul  ``F.linear(x, formats_fp8.dequantize_fp8_block(w, bf16))``, the dequantization
                   inside the timed call: what a user writes first
@@ -42,6 +46,7 @@ DTYPE = torch.bfloat16
 ES = 2                     # bytes per bf16 element
 ROWS = (1, 2, 4, 8, 16, 24, 32)
 QUICK_ROWS = (1, 16, 32)
+PREFILL_ROWS = (64, 512)   # more than 32 rows (the op's 32-row slices), on the first shape only
 QUANT_CHUNK_ROWS = 4096    # rows quantized at a time (whole 128-row tiles: the result is that of one call)
 
 
@@ -93,6 +98,11 @@ def _qwen38(x, w, s):
     return torch.ops.qwen38.fp8_block_linear(x, w, s)
 
 
+_qwen38_narrow = bench.with_knobs(_qwen38, QWEN38_FP8_STREAM="narrow")  # 17..32 rows: the skinny kernel
+_qwen38_chunked = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="chunked")  # more than 32 rows
+_qwen38_dequant = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="dequant")
+
+
 def _cublas(x, w):
     return F.linear(x, w)
 
@@ -114,10 +124,14 @@ class Provider:
     weight_bytes: Callable[[int, int], int]
     act_bytes: Callable[[int, int, int], int] = activation_bytes
     min_calls: int = 200
+    min_rows: int = 0  # timed only from this many rows on
 
 
 PROVIDERS = (
     Provider("qwen38", _qwen38, fp8_weight_bytes),
+    Provider("qwen38 narrow stream", _qwen38_narrow, fp8_weight_bytes),
+    Provider("qwen38 chunked", _qwen38_chunked, fp8_weight_bytes, min_calls=20, min_rows=33),
+    Provider("qwen38 dequant", _qwen38_dequant, fp8_weight_bytes, min_calls=20, min_rows=33),
     Provider("cuBLAS bf16", _cublas, bf16_weight_bytes),
     # milliseconds a call: 20 calls a graph already hide the launches, and keep the sweep short
     Provider("dequant+matmul", _dequant_matmul, fp8_weight_bytes, min_calls=20),
@@ -134,7 +148,7 @@ def record_bytes(provider: str, m: int, n: int, k: int) -> int:
 def work(quick: bool = False) -> list[tuple[Shape, int]]:
     """Every (shape, rows) of the sweep, shapes in table order."""
     rows = QUICK_ROWS if quick else ROWS
-    return [(s, m) for s in SHAPES for m in rows]
+    return [(s, m) for s in SHAPES for m in rows + (PREFILL_ROWS if s == SHAPES[0] else ())]
 
 
 # ---- weights and activations ---------------------------------------------------------------------
@@ -191,7 +205,9 @@ def build_weights(shape: Shape) -> tuple[dict[str, tuple], dict[str, str], Calla
     n, k = shape.N, shape.K
     w = torch.randn(n, k, dtype=DTYPE, device=DEVICE) * (k ** -0.5)
     q = _quantize_on_gpu(w)
-    weights = {"qwen38": (q.weight, q.weight_scale_inv), "cuBLAS bf16": (w,),
+    weights = {"qwen38": (q.weight, q.weight_scale_inv), "qwen38 narrow stream": (q.weight, q.weight_scale_inv),
+               "cuBLAS bf16": (w,),
+               "qwen38 chunked": (q.weight, q.weight_scale_inv), "qwen38 dequant": (q.weight, q.weight_scale_inv),
                "dequant+matmul": (q.weight, q.weight_scale_inv)}
     notes: dict[str, str] = {}
     make_x8 = None
@@ -220,6 +236,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
     meta["ceiling_method"] = getattr(ceiling, "method", "given by the caller")
     print(f"read ceiling {ceiling:.0f} GB/s", file=sys.stderr)
     meta["rows"] = list(QUICK_ROWS if quick else ROWS)
+    meta["prefill_rows"] = f"{list(PREFILL_ROWS)} on {SHAPES[0].name} only"
     meta["shapes"] = [s.name for s in SHAPES]
     meta["scaled_mm"] = ("torch._scaled_mm, fp8 activations quantized outside the timing; a different "
                          "contract (8-bit activations): speed only")
@@ -240,8 +257,8 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
         n, k = shape.N, shape.K
         for prov in PROVIDERS:
             master = weights.get(prov.name)
-            if master is None:
-                continue  # skipped for this shape (noted once above)
+            if master is None or m < prov.min_rows:
+                continue  # skipped for this shape (noted once above), or not a row count it serves
             if prov.name == "scaled_mm fp8":
                 make_x = lambda i: make_x8(m)  # noqa: E731
             else:

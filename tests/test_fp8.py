@@ -31,7 +31,7 @@ def _call(x, w: f8.FP8BlockWeight, bias=None, out_dtype=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32])
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32, 33, 100])
 @pytest.mark.parametrize("n,k", [(48, 5120), (1024, 5120), (5120, 6144), (200, 272), (136, 48)])
 @pytest.mark.parametrize("out", [None, torch.float32])
 def test_accuracy_within_the_float64_bound(m, n, k, out):
@@ -66,17 +66,20 @@ def test_every_e4m3_code_is_decoded_exactly(xdt):
 @pytest.mark.parametrize("n,k,ks,nt", [(256, 5120, 2, 4), (256, 5120, 4, 4), (128, 5120, 2, 2), (384, 5120, 4, 2),
                                        (128, 5120, 8, 2), (96, 6144, 8, 2), (64, 17408, 8, 2)])
 def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_variant):
-    """1..16 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
-    default); with the knob at 0 the skinny kernel computes them: the same bits at every row count,
-    bf16 and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale
-    rows); and every row of a 32-row call (17..32 rows: the skinny kernel) agrees with its 1-row call."""
+    """1..32 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
+    default; 17..32 rows with a second m16 tile, except 4 tiles at k split 8); with the knob at 0
+    the skinny kernel computes them (narrow: at 17..32 rows): the same bits at every row count, bf16
+    and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale rows);
+    and every row of a 32-row call agrees with its 1-row call."""
     skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=3)
     for xdt in (torch.bfloat16, torch.float16):
         x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=10 * ks + nt)[:, :k]  # row stride k + 64
-        qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_STREAM", "0",
-                                  extras=((None, None), (bias, torch.float32)), what=f"{xdt} stream vs skinny: ")
+        for off in ("0", "narrow"):  # the skinny kernel at every row count / at 17..32 rows
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_STREAM", off,
+                                      extras=((None, None), (bias, torch.float32)),
+                                      what=f"{xdt} stream vs skinny (QWEN38_FP8_STREAM={off}): ")
         qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
 
 
@@ -120,15 +123,29 @@ def test_graph_equals_eager_and_deterministic(m):
 
 
 @pytest.mark.gpu
-def test_wrapper_bias_and_row_limit():
+def test_wrapper_bias():
     w = _weight(200, 272, "cuda")
     x = qt.randn_nonzero(2, 3, 272, device="cuda", seed=1)
     bias = qt.randn_nonzero(200, dtype=torch.float32, device="cuda", seed=2)
     y = q.fp8_block_linear(x, w, bias=bias)
     assert y.shape == (2, 3, 200)
     qt.assert_bitwise_equal(y, _call(x, w, bias), "wrapper vs op")
-    with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: 33 rows"):
-        _call(qt.randn_nonzero(33, 272, device="cuda"), w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", [(200, 272), (384, 5120)])
+def test_more_than_32_rows_in_slices(n, k):
+    """33..200 rows (32-row slices of the skinny kernel): every row bit-identical to its 1-row call,
+    with bias and fp32 output, from a strided x (the float64 bound: test_accuracy_within_...)."""
+    w = _weight(n, k, "cuda")
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
+    x = qt.randn_nonzero(200, k + 32, device="cuda", seed=6)[:, :k]
+    for rows in (33, 64, 65, 200):
+        for extra in ((None, None), (bias, torch.float32)):
+            y = _call(x[:rows], w, *extra)
+            assert y.shape == (rows, n)
+            for r in (0, 31, 32, rows - 1):
+                qt.assert_bitwise_equal(y[r:r + 1], _call(x[r:r + 1], w, *extra), f"{rows} rows: row {r}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -158,3 +175,68 @@ def test_opcheck(device):
     x = qt.randn_nonzero(3, 256, device=device)
     qt.run_opcheck(OPS.fp8_block_linear.default, (x, w.weight, w.weight_scale_inv, None, None),
                    test_utils=OPCHECK_UTILS)
+
+
+# ---- more than 32 rows: the chunked and dequant strategies (QWEN38_FP8_PREFILL) ---------------------
+
+
+def _check_bound(y, x, w, bias, what):
+    y64, err = ref.fp8_block_linear_f64_bound(x.cpu(), w.weight.cpu(), w.weight_scale_inv.cpu(),
+                                             None if bias is None else bias.cpu())
+    bound = err + (y64.abs() * 2.0 ** -8 if y.dtype == torch.bfloat16 else 0.0)
+    excess = (y.cpu().to(torch.float64) - y64).abs() - bound
+    assert not (excess > 0).any(), f"{what}: {int((excess > 0).sum())} outputs beyond the bound"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy", ["chunked", "dequant"])
+@pytest.mark.parametrize("m,n,k", [(33, 1000, 5120), (300, 200, 272), (40, 4200, 16384)])
+def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
+    """Both strategies, bias and bf16 / fp32 output, against the float64 bound. 4200 x 16384: the
+    dequant strategy's weight split in two N slices (4096 rows fit its 384 MB of terms), the last
+    one not a multiple of 128 rows."""
+    w = _weight(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, dtype=torch.bfloat16, device="cuda", seed=m + n)
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=7)
+    for out in (None, torch.float32):
+        with q.knobs.override(QWEN38_FP8_PREFILL=strategy):
+            y = _call(x, w, bias, out)
+        assert y.shape == (m, n) and y.dtype == (out or torch.bfloat16)
+        _check_bound(y, x, w, bias, f"{strategy}, {m} x {n} x {k}, out {out}")
+
+
+@pytest.mark.gpu
+def test_prefill_auto_threshold_and_fp16():
+    """auto: chunked below fp8_prefill_dequant_rows (each row = its 1-row call), dequant from it
+    (bits that differ from the chunked ones somewhere, within the bound); fp16 x: chunked at any row
+    count, and dequant forced on fp16 is refused with a clear error; bad knob values are named."""
+    n, k = 1024, 5120
+    w = _weight(n, k, "cuda")
+    x = qt.randn_nonzero(256, k, dtype=torch.bfloat16, device="cuda", seed=3)
+    y255 = _call(x[:255], w)
+    for r in (0, 128, 254):
+        qt.assert_bitwise_equal(y255[r:r + 1], _call(x[r:r + 1], w), f"auto at 255 rows: row {r}")
+    y256 = _call(x, w)
+    with q.knobs.override(QWEN38_FP8_PREFILL="chunked"):
+        c256 = _call(x, w)
+    assert not torch.equal(y256.view(torch.int16), c256.view(torch.int16)), "auto at 256 rows took chunked"
+    _check_bound(y256, x, w, None, "auto at 256 rows")
+    x16 = x.half()
+    y16 = _call(x16, w)
+    qt.assert_bitwise_equal(y16[200:201], _call(x16[200:201], w), "fp16 x at 256 rows: chunked")
+    with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
+        with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: QWEN38_FP8_PREFILL=dequant serves bfloat16"):
+            _call(x16, w)
+    with q.knobs.override(QWEN38_FP8_PREFILL="fast"):
+        with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: QWEN38_FP8_PREFILL must be"):
+            _call(x, w)
+        assert _call(x[:32], w).shape == (32, n)  # 1..32 rows never read the knob
+
+
+@pytest.mark.gpu
+def test_prefill_dequant_graph_equals_eager():
+    w = _weight(1000, 5120, "cuda")
+    x = qt.randn_nonzero(200, 5120, device="cuda", seed=9)
+    with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
+        qt.assert_graph_equals_eager(lambda t: _call(t, w), x)
+        qt.assert_deterministic(lambda t: _call(t, w), x, times=3)

@@ -1,18 +1,169 @@
-// Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows).
-// More rows: not built yet (the op says so).
+// Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows). More rows
+// take one of two strategies (QWEN38_FP8_PREFILL, KNOBS.md):
+//   chunked  the skinny kernel on 32-row slices: each row bit-identical to its 1-row call; the
+//            weight is read once per slice.
+//   dequant  (bf16 x, a build with cuBLASLt) the weight split once into three bf16 terms whose sum
+//            is fp32(e4m3 * block scale) exactly (fp8_split_kernel.cu), three bf16 GEMMs with fp32
+//            output summed into one accumulator, then the epilogue (bias, one rounding): exact
+//            products summed in fp32 in cuBLAS's order - within the float64 bound, no row
+//            invariance. N is taken in slices whose three terms fit kSplitBytes; the fp32
+//            accumulator is y itself for fp32 output, else at most kAccBytes of rows at a time.
+//   auto     dequant from fp8_prefill_dequant_rows(N, K) rows on (bf16 x with cuBLASLt), else chunked.
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "gemm/gemm_host.h"
 #include "gemm/fp8_block_linear_launch.h"
+#include "gemm/nvfp4_dequant_launch.h"  // the prefill epilogue
+
+#include "gemm/cublaslt_host.h"
 
 namespace qwen38::gemm {
 namespace {
 
+// QWEN38_FP8_STREAM: unset or 1 -> 1 (the register-stream kernel where it serves, 1..32 rows),
+// "narrow" -> 2 (1..16 rows only), off -> 0 (the skinny kernel).
+int fp8_stream_mode() {
+  const char* v = std::getenv("QWEN38_FP8_STREAM");
+  if (v != nullptr && std::strcmp(v, "narrow") == 0) return 2;
+  return knob_enabled("QWEN38_FP8_STREAM", true) ? 1 : 0;
+}
+
 constexpr const char* kOp = "fp8_block_linear";
+constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of one N slice
+constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
+constexpr int64_t kMinGemmRows = 256;
+
+enum class Prefill { kAuto, kChunked, kDequant };
+
+Prefill prefill_mode() {
+  const char* v = std::getenv("QWEN38_FP8_PREFILL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
+  if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
+  if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
+  TORCH_CHECK_VALUE(false, "qwen38.", kOp, ": QWEN38_FP8_PREFILL must be auto, chunked or dequant, got '", v, "'");
+  return Prefill::kAuto;
+}
+
+// Rows from which "auto" takes the dequant strategy (bf16 x). Measured on the H200 (session 10,
+// benchmarks/results/h200/fp8.md, 34816x5120): chunked 214.7 / 1805 us at 64 / 512 rows (~3.5 us a
+// row: the skinny kernel at 32 rows, 107 us), dequant 657 / 1190 us (~580 us for the weight split
+// plus ~1.2 us a row for the three GEMMs): even at ~260 rows. Both costs scale with N x K, so the
+// crossover is about the same for every shape.
+int64_t fp8_prefill_dequant_rows(int64_t n, int64_t k) {
+  (void)n;
+  (void)k;
+  return 256;
+}
+
+#if QWEN38_HAVE_CUBLASLT
+// D[m, nn] (fp32, row stride ldd) = x[m, K] t[nn, K]^T + beta D (beta 0 or 1): one cuBLASLt matmul
+// in the column-major view (D^T [nn, m] = t * x^T), bf16 inputs, fp32 compute. Scalars from the host
+// (constants: graph safe). Returns false, having launched nothing, where cuBLASLt has no algorithm.
+bool lt_gemm_f32(const void* x, int64_t x_stride, const void* t, float* d, int64_t ldd, int64_t m, int64_t nn,
+                 int64_t k, float beta, cudaStream_t stream) {
+  LtDescs lt;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  if (cublasLtMatmulDescCreate(&lt.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
+  const bool ok =
+      cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(lt.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_16BF, uint64_t(k), uint64_t(nn), k) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_16BF, uint64_t(k), uint64_t(m), x_stride) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&lt.d, CUDA_R_32F, uint64_t(nn), uint64_t(m), ldd) == CUBLAS_STATUS_SUCCESS &&
+      lt_preference(lt, t, x, d);
+  if (!ok) return false;
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
+          CUBLAS_STATUS_SUCCESS || found == 0)
+    return false;
+  const float alpha = 1.f;
+  const cublasStatus_t st =
+      cublasLtMatmul(handle, lt.op, &alpha, t, lt.a, x, lt.b, &beta, d, lt.d, d, lt.d, &heur.algo,
+                     at::cuda::getCUDABlasLtWorkspace(), at::cuda::getCUDABlasLtWorkspaceSize(), stream);
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
+  return true;
+}
+#endif
+
+// Whether the dequant strategy can serve this call (bf16 x, cuBLASLt in the build).
+bool dequant_serves(const at::Tensor& x) {
+#if QWEN38_HAVE_CUBLASLT
+  return x.scalar_type() == at::kBFloat16;
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+// The dequant strategy (see the top of this file). Returns false, having written nothing, where
+// cuBLASLt offers no algorithm (the caller takes the chunked strategy).
+bool run_dequant(const at::Tensor& x, int64_t x_stride, const at::Tensor& w, const at::Tensor& w_scale_inv,
+                 const std::optional<at::Tensor>& bias, int bias_dtype, const at::Tensor& y, at::ScalarType od,
+                 int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+#if QWEN38_HAVE_CUBLASLT
+  const bool pdl = knob_enabled("QWEN38_PDL", true);
+  const int64_t gk = w_scale_inv.size(1);
+  const int64_t nc = std::min(n, std::max<int64_t>(128, kSplitBytes / (6 * k) / 128 * 128));  // whole scale rows
+  const at::Tensor terms = at::empty({3, nc, k}, x.options());
+  const bool in_place = od == at::kFloat;
+  const int64_t rows = in_place ? m : std::min(m, std::max(kMinGemmRows, kAccBytes / (4 * n)));
+  at::Tensor acc;
+  if (!in_place) acc = at::empty({rows, n}, x.options().dtype(at::kFloat));
+  const at::Tensor one = at::ones({1}, x.options().dtype(at::kFloat));  // the epilogue's multiplier
+  const char* x0 = static_cast<const char*>(x.data_ptr());
+  const auto* w0 = static_cast<const uint8_t*>(w.data_ptr());
+  for (int64_t r0 = 0; r0 < m; r0 += rows) {
+    const int64_t r = std::min(rows, m - r0);
+    float* a = in_place ? static_cast<float*>(y.data_ptr()) + r0 * n : acc.data_ptr<float>();
+    const void* xr = x0 + r0 * x_stride * int64_t(x.element_size());
+    for (int64_t n0 = 0; n0 < n; n0 += nc) {
+      const int64_t nn = std::min(nc, n - n0);
+      Fp8SplitParams s;
+      s.w = w0 + n0 * k;
+      s.scale = w_scale_inv.data_ptr<float>() + (n0 / 128) * gk;
+      s.t0 = terms[0].data_ptr();
+      s.t1 = terms[1].data_ptr();
+      s.t2 = terms[2].data_ptr();
+      s.n = nn;
+      s.k = k;
+      s.gk = gk;
+      check_launch(kOp, launch_fp8_split(s, pdl, stream), x);
+      // the smallest term first (the order changes nothing the bound covers)
+      for (int t = 2; t >= 0; --t) {
+        if (!lt_gemm_f32(xr, x_stride, terms[t].data_ptr(), a + n0, n, r, nn, k, t == 2 ? 0.f : 1.f, stream)) {
+          TORCH_CHECK(t == 2 && n0 == 0 && r0 == 0, "qwen38.", kOp,
+                      ": cuBLASLt offered no algorithm after it had offered one for the same shapes");
+          return false;
+        }
+      }
+    }
+    Nvfp4EpilogueParams e;
+    e.acc = a;
+    e.global = one.data_ptr<float>();
+    e.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+    e.bias_dtype = bias_dtype;
+    e.y = static_cast<char*>(y.data_ptr()) + r0 * n * at::elementSize(od);
+    e.m = r;
+    e.n = n;
+    check_launch(kOp, launch_nvfp4_prefill_epilogue(out_of(od), e, pdl, stream), x);
+  }
+  return true;
+#else
+  (void)x, (void)x_stride, (void)w, (void)w_scale_inv, (void)bias, (void)bias_dtype, (void)y, (void)od, (void)m,
+      (void)n, (void)k, (void)stream;
+  return false;
+#endif
+}
 
 at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_scale_inv,
                                  const std::optional<at::Tensor>& bias, std::optional<at::ScalarType> out_dtype) {
@@ -42,7 +193,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const int64_t m = x.numel() / k;
   if (m == 0 || n == 0) return y;
   const int64_t x_stride = row_stride(kOp, "x", x);
-  check_skinny_rows(kOp, m, kSkinnyMaxRows, x, x_stride);
+  check_x_rows_aligned(kOp, x, x_stride);
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0, "qwen38.", kOp, ": w must be 16-byte aligned");
 
   Fp8BlockParams p;
@@ -52,17 +203,35 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.bias_dtype = bias_dtype;
   p.y = y.data_ptr();
-  p.m = m;
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
-  p.stream = knob_enabled("QWEN38_FP8_STREAM", true);
+  p.stream = fp8_stream_mode();
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, knob_enabled("QWEN38_PDL", true),
-                                            at::cuda::getCurrentCUDAStream(x.device().index()).stream()),
-               x);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const bool pdl = knob_enabled("QWEN38_PDL", true);
+  if (m > kSkinnyMaxRows) {
+    const Prefill mode = prefill_mode();
+    TORCH_CHECK_VALUE(mode != Prefill::kDequant || dequant_serves(x), "qwen38.", kOp,
+                      ": QWEN38_FP8_PREFILL=dequant serves bfloat16 x in a build with cuBLASLt; got x of dtype ",
+                      dtype_name(x.scalar_type()), " (use auto or chunked)");
+    const bool dequant = mode == Prefill::kDequant ||
+                         (mode == Prefill::kAuto && dequant_serves(x) && m >= fp8_prefill_dequant_rows(n, k));
+    if (dequant && run_dequant(x, x_stride, w, w_scale_inv, bias, bias_dtype, y, od, m, n, k, stream)) return y;
+  }
+  // More than 32 rows: the skinny kernel on 32-row slices (each row still bit-identical to its
+  // 1-row call; the weight is read once per slice: no tensor-core prefill path yet).
+  const int64_t x_es = x.element_size(), y_es = od == at::kFloat ? 4 : 2;
+  const char* x0 = static_cast<const char*>(p.x);
+  char* y0 = static_cast<char*>(p.y);
+  for (int64_t r0 = 0; r0 < m; r0 += kSkinnyMaxRows) {
+    p.m = std::min(kSkinnyMaxRows, m - r0);
+    p.x = x0 + r0 * x_stride * x_es;
+    p.y = y0 + r0 * n * y_es;
+    check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, pdl, stream), x);
+  }
   return y;
 }
 

@@ -18,7 +18,8 @@ struct Fp8BlockParams {
   int bias_dtype = 0;             // 0 bf16, 1 fp16, 2 fp32
   int out = 0;                    // y dtype: int(Out)
   int stream = 1;                 // skinny path: 1 = the register-stream kernel where it serves the
-                                  // shape (fp8_stream_kernel.cuh), 0 = always the skinny kernel;
+                                  // shape (fp8_stream_kernel.cuh), 2 = the same at 1..16 rows only,
+                                  // 0 = always the skinny kernel;
                                   // changes no bit
 };
 
@@ -31,5 +32,17 @@ cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const Skin
 bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
 cudaError_t launch_fp8_stream(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
+
+// The "dequant" prefill strategy's weight split (fp8_split_kernel.cu): rows [0, n) of w and their
+// scales into three bf16 terms t0 + t1 + t2 = fp32(e4m3(w) * scale) exactly.
+struct Fp8SplitParams {
+  const uint8_t* w = nullptr;     // [n, k] float8_e4m3fn rows, contiguous, 16-byte aligned
+  const float* scale = nullptr;   // the rows' scale rows: [ceil(n/128), gk] fp32 (n0 a multiple of 128)
+  void* t0 = nullptr;             // [n, k] bf16 each, contiguous, 16-byte aligned
+  void* t1 = nullptr;
+  void* t2 = nullptr;
+  int64_t n = 0, k = 0, gk = 0;   // k a positive multiple of 16; gk = ceil(K / 128)
+};
+cudaError_t launch_fp8_split(const Fp8SplitParams& p, bool pdl, cudaStream_t stream);
 
 }  // namespace qwen38::gemm

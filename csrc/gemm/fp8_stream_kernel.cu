@@ -1,8 +1,9 @@
 // Instantiations and launch of the FP8 register-stream kernel (fp8_stream_kernel.cuh): 1..16 rows
 // with 2 tiles per warp (or 4 at k splits 2 and 4: k split 8 with 4 tiles would spill under the
-// 128-register cap of 256-thread blocks) (stream_launch.cuh). 17..32 rows are not served: the
-// stream form with a second m16 tile (164-190 registers, one block per SM) measured 8-20% slower
-// than the skinny kernel's at 32 rows (benchmarks/results/h200/NOTES.md).
+// 128-register cap of 256-thread blocks) (stream_launch.cuh); 17..32 rows with a second m16 tile,
+// 2 or 4 tiles per warp alike (sm_90a 178-230 registers, no spills; k split 8 with 4 tiles spills
+// on sm_121a at 255). Session 6 measured the 2-tile wide form 8-20% slower than the skinny kernel
+// at 32 rows; the 4-tile form is new (QWEN38_FP8_STREAM=narrow: 1..16 rows only, for the A/B).
 #include "gemm/fp8_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 
@@ -12,7 +13,7 @@ namespace {
 struct Fp8StreamOf {
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto fn = fp8_stream_kernel<T, K, KS, NT, MT>;
-  static constexpr bool kWide = false;
+  static constexpr bool kWide = true;  // (4 tiles at k split 8: neither row range, see above)
   static constexpr bool kKs8Nt4 = false;
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8BlockParams>;

@@ -39,11 +39,8 @@ inline at::Tensor new_linear_output(const at::Tensor& x, int64_t n, at::ScalarTy
   return new_output(sizes, x.options().dtype(od));
 }
 
-// The skinny kernels serve 1..max_rows rows whose starts are 16-byte aligned.
-inline void check_skinny_rows(const char* op, int64_t m, int64_t max_rows, const at::Tensor& x, int64_t x_stride) {
-  TORCH_CHECK_VALUE(m <= max_rows, "qwen38.", op, ": ", num(m), " rows: the CUDA path serves 1..", num(max_rows),
-                    " rows (decode and verify); the prefill path for more rows is not built yet. Call it in "
-                    "chunks of at most ", num(max_rows), " rows.");
+// The skinny kernels read x rows whose starts are 16-byte aligned.
+inline void check_x_rows_aligned(const char* op, const at::Tensor& x, int64_t x_stride) {
   TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && x_stride % 8 == 0, "qwen38.", op,
                     ": x rows must start on 16-byte boundaries (data pointer and row stride a multiple of 8 "
                     "elements), got row stride ", num(x_stride));

@@ -4,7 +4,7 @@
 //
 // Of: a traits type with `template <typename T, int K, int KS, int NT, int MT> static constexpr
 // auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4 with a second m16
-// tile) and `kKs8Nt4` (4 tiles per warp compiled at k split 8).
+// tile) and `kKs8Nt4` (4 tiles per warp compiled at k split 8, at either row range).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,7 +39,9 @@ struct StreamLaunch {
           if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 2> : one<T, K, 4, 2, 2>;
         }
         if (ks != 8) return nullptr;
-        return nt == 4 ? one<T, K, 8, 4, 2> : one<T, K, 8, 2, 2>;
+        if constexpr (Of::kKs8Nt4)
+          if (nt == 4) return one<T, K, 8, 4, 2>;
+        return nt == 2 ? one<T, K, 8, 2, 2> : nullptr;
       } else {
         return nullptr;
       }
