@@ -151,7 +151,11 @@ def test_fma_is_one_rounding():
     t_a = torch.tensor([2.0**-12 * (1 + 2.0**-15), -(2.0**-12) * (1 + 2.0**-15), 2.0**-12 * (1 - 2.0**-15)])
     t_b = torch.tensor([2.0**-12 * (1 - 2.0**-15), 2.0**-12 * (1 - 2.0**-15), 2.0**-12 * (1 + 2.0**-15)])
     t_c = torch.tensor([1 + 2.0**-23, -(1 + 2.0**-23), 1 + 2.0**-23])
-    a, b, c = torch.cat([a, t_a]), torch.cat([b, t_b]), torch.cat([c, t_c])
+    # results in the fp32 subnormal range (spacing 2^-149)
+    s_a = torch.randn(40) * 1e-22
+    s_b = torch.randn(40) * 1e-22
+    s_c = torch.randn(40) * 1e-41
+    a, b, c = torch.cat([a, s_a, t_a]), torch.cat([b, s_b, t_b]), torch.cat([c, s_c, t_c])
     got = gdn._fma(a, b, c)
     want = torch.tensor([_fma_oracle(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())])
     qt.assert_bitwise_equal(got, want, "fma")

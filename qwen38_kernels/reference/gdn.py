@@ -318,26 +318,20 @@ def _check_gdn_inputs(op, q, k, v, g, beta, state_pool, slots, acc_dtype, *, tok
 
 def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a * b + c`` rounded once to the dtype (fp32: exactly IEEE fmaf; float64, the accuracy
-    reference: a float64 product and sum). Broadcasts."""
+    reference: a float64 product and sum). Broadcasts. No host synchronisation."""
     if c.dtype != torch.float32:
         return a * b + c
     p = a.double() * b.double()  # exact: 24 + 24 significant bits
-    cd = c.double().expand_as(p) if c.dim() < p.dim() else c.double()
+    cd = c.double()
     s = p + cd  # rounded to float64
-    bv = s - p  # TwoSum: the exact error of that rounding
+    bv = s - p  # TwoSum: err = (p + c) - s exactly
     err = (p - (s - bv)) + (cd - bv)
-    r = s.float()
+    r = s.float()  # correct unless s lies exactly halfway between two fp32 numbers and err != 0
     r64 = r.double()
-    # s exactly halfway between r and its neighbour on s's side: rounding s (ties to even) may then
-    # differ from rounding the exact value s + err, which lies strictly on one side
-    inf = torch.full_like(r, math.inf)
-    other = torch.nextafter(r, torch.where(s > r64, inf, -inf)).double()
-    tie = (s != r64) & ((s - r64) == (other - s)) & (err != 0)
-    if bool(tie.any()):
-        infd = torch.full_like(s, math.inf)
-        nudged = torch.nextafter(s, torch.where(err > 0, infd, -infd)).float()
-        r = torch.where(tie, nudged, r)
-    return r
+    t = r64 + 2 * (s - r64)  # exact; an fp32 number (the other neighbour) iff s is such a midpoint
+    t32 = t.float()
+    tie = (s != r64) & (t32.double() == t) & (err != 0)
+    return torch.where(tie, torch.where(err > 0, torch.maximum(r, t32), torch.minimum(r, t32)), r)
 
 
 def _ksum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
