@@ -7,7 +7,8 @@
 #                               [--tests FILES]  (test files; default: tests)  [--all-tests] (CPU ones too)
 #                               [--sweep]        (tile-table sweep first: writes tables/<arch>/, kept in OUT)
 #                               [--no-sass]      (skip the resource report: CI makes it on every landing)
-# Environment: TEST_TIMEOUT / BENCH_TIMEOUT (seconds, 0 = none) bound the test run and each benchmark.
+# Environment: TEST_TIMEOUT / BENCH_TIMEOUT (seconds, 0 = none) bound the test run and each benchmark
+# (the test run is interrupted with SIGINT, so pytest still prints its summary); XDIST_N: test workers.
 # --bench takes one name or a comma-separated list (nvfp4,fp8,head).
 #
 # OUT_DIR receives: run.log (everything), main.json (python -m qwen38_kernels --json),
@@ -68,9 +69,9 @@ fi
 if [ $tests = 1 ]; then
   step "tests (GPU and CPU)"
   # pytest-xdist where installed: a crashing worker is replaced and its test reported as failed
-  par=""; python3 -c 'import xdist' 2>/dev/null && par="-n 8"
+  par=""; python3 -c 'import xdist' 2>/dev/null && par="-n ${XDIST_N:-8}"
   # GPU tests only unless --all-tests: CI runs the CPU ones on every landing
-  timeout ${TEST_TIMEOUT:-0} python3 -m pytest -q $par $marker --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} $tfiles 2>&1 | tee -a "$log" | tail -30 || status=1
+  timeout -s INT ${TEST_TIMEOUT:-0} python3 -m pytest -q $par $marker --junitxml="$out/junit.xml" ${kexpr:+-k "$kexpr"} $tfiles 2>&1 | tee -a "$log" | tail -30 || status=1
 fi
 
 if [ $benches = 1 ]; then

@@ -6,6 +6,8 @@
 - QWEN38_POISON_OUTPUTS=1: every CUDA op output starts filled with NaN.
 - Tests marked `gpu` (and the "cuda" case of the `device` fixture) are skipped without CUDA.
 - `host_emulator`: builds a kernel's host emulation (tests/native/<name>.cpp) once per session.
+- Under pytest-xdist each worker's torch takes its share of the cores (the CPU references of the GPU
+  tests are heavy; N workers of all-core torch oversubscribe the machine N times).
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ os.environ["QWEN38_STRICT_TABLES"] = "1"
 os.environ["QWEN38_POISON_OUTPUTS"] = "1"  # CUDA outputs start as NaN: unwritten elements show
 
 HAS_CUDA = torch.cuda.is_available()
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 
 settings.register_profile("ci", deadline=None, max_examples=15, print_blob=True)
 settings.register_profile("gpu", deadline=None, max_examples=40, print_blob=True)

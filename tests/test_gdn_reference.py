@@ -121,25 +121,72 @@ def test_step_raw_equals_gates_then_step():
     qt.assert_bitwise_equal(p1, p2, "raw-gate step state")
 
 
+def _fma_oracle(a: float, b: float, c: float) -> float:
+    """fp32 fma(a, b, c) from exact rationals: the nearest fp32 to a * b + c, ties to even."""
+    from fractions import Fraction
+    np = pytest.importorskip("numpy")
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    r = np.float32(float(exact))
+    cands = [np.nextafter(r, np.float32(-np.inf)), r, np.nextafter(r, np.float32(np.inf))]
+    best = min(abs(Fraction(float(x)) - exact) for x in cands)
+    near = [x for x in cands if abs(Fraction(float(x)) - exact) == best]
+    if len(near) == 1:
+        return float(near[0])
+    return float([x for x in near if int(np.array(x).view(np.int32)) % 2 == 0][0])
+
+
+def test_fma_is_one_rounding():
+    """The reference's fp32 fma rounds a * b + c once, exactly: against rational arithmetic on random
+    triples of every magnitude, and on the double-rounding cases (the float64 sum lands exactly
+    halfway between two fp32 numbers while the exact value does not)."""
+    torch.manual_seed(0)
+    n = 400
+    mag = torch.logspace(-20, 20, n)
+    a = torch.randn(n) * mag
+    b = torch.randn(n) * mag.flip(0)
+    c = torch.randn(n) * torch.logspace(-10, 10, n)[torch.randperm(n)]
+    # a * b = 2^-24 (1 - 2^-30) and c = 1 + 2^-23: the exact sum is 2^-54 below the midpoint
+    # 1 + 3 * 2^-24, so fp32 rounding gives 1 + 2^-23 where the float64 sum (the midpoint itself,
+    # ties to even) would give 1 + 2^-22; and the mirrored signs
+    t_a = torch.tensor([2.0**-12 * (1 + 2.0**-15), -(2.0**-12) * (1 + 2.0**-15), 2.0**-12 * (1 - 2.0**-15)])
+    t_b = torch.tensor([2.0**-12 * (1 - 2.0**-15), 2.0**-12 * (1 - 2.0**-15), 2.0**-12 * (1 + 2.0**-15)])
+    t_c = torch.tensor([1 + 2.0**-23, -(1 + 2.0**-23), 1 + 2.0**-23])
+    # results in the fp32 subnormal range (spacing 2^-149)
+    s_a = torch.randn(40) * 1e-22
+    s_b = torch.randn(40) * 1e-22
+    s_c = torch.randn(40) * 1e-41
+    a, b, c = torch.cat([a, s_a, t_a]), torch.cat([b, s_b, t_b]), torch.cat([c, s_c, t_c])
+    got = gdn._fma(a, b, c)
+    want = torch.tensor([_fma_oracle(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())])
+    qt.assert_bitwise_equal(got, want, "fma")
+    assert got[-3].item() == 1 + 2.0**-23, "the double-rounding case"
+    naive = (a.double() * b.double() + c.double()).float()
+    assert naive[-3].item() == 1 + 2.0**-22, "the case does not exercise double rounding"
+
+
 def test_ksum_order():
-    """The documented order: 4 segments of 32 summed in ascending k, then (p0 + p1) + (p2 + p3)."""
+    """The documented order: 4 segments of 32 accumulated in ascending k with fused multiply-adds from
+    the first rounded product, then (p0 + p1) + (p2 + p3)."""
     x = torch.randn(128, 3, dtype=torch.float32) * torch.logspace(-3, 3, 128)[:, None]
-    got = gdn._ksum(x)
+    y = torch.randn(128, 3, dtype=torch.float32)
+    got = gdn._ksum(x, y)
     parts = []
     for j in range(4):
-        acc = x[32 * j].clone()
+        acc = x[32 * j] * y[32 * j]
         for i in range(1, 32):
-            acc = acc + x[32 * j + i]
+            acc = torch.tensor([_fma_oracle(p, q_, r) for p, q_, r in
+                                zip(x[32 * j + i].tolist(), y[32 * j + i].tolist(), acc.tolist())])
         parts.append(acc)
     qt.assert_bitwise_equal(got, (parts[0] + parts[1]) + (parts[2] + parts[3]), "ksum")
 
 
 def test_l2norm_correctly_rounded():
-    """x * (1 / sqrt(ksum(x*x) + 1e-6)) with a correctly rounded fp32 sqrt and division, checked
+    """x * (1 / sqrt(ksum(x, x) + 1e-6)) with a correctly rounded fp32 sqrt and division, checked
     against numpy (IEEE sqrt/divide) so a non-IEEE torch sqrt cannot pass unnoticed."""
     np = pytest.importorskip("numpy")
     x = torch.randn(4096, 128) * torch.logspace(-4, 2, 4096)[:, None]
-    ss = (gdn._ksum((x * x).unsqueeze(-1)).squeeze(-1) + gdn.L2_EPS).numpy()
+    xs = x.unsqueeze(-1)
+    ss = (gdn._ksum(xs, xs).squeeze(-1) + gdn.L2_EPS).numpy()
     r = np.float32(1.0) / np.sqrt(ss)
     want = torch.from_numpy(x.numpy() * r[:, None])
     qt.assert_bitwise_equal(gdn._l2norm(x), want, "l2norm")

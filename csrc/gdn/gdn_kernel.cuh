@@ -1,12 +1,12 @@
 // Gated DeltaNet decode kernels: step, chain verify, tree verify, commit. Torch-free.
 //
-// Formula (per sequence b and v head h; q/k head hq = h / 3; everything fp32, no FMA):
+// Formula (per sequence b and v head h; q/k head hq = h / 3; everything fp32; fma = one rounding):
 //   kn = k * (1 / sqrt(ksum(k*k) + 1e-6))          qn = (q * (1 / sqrt(ksum(q*q) + 1e-6))) * scale
 //   d  = round_fp32(exp_f64(g))                     (per head and token)
-//   S  = S * d;   u = ksum_i(S[i, :] * kn[i]);   delta = (v - u) * beta;   S = S + kn[:, None] * delta
-//   o  = round(ksum_i(S[i, :] * qn[i]))             (the updated S)
-// ksum: K = 128 split into 4 contiguous segments of 32, each summed sequentially in ascending i
-// starting from its first product, then (p0 + p1) + (p2 + p3). Reference (the contract, bit for bit):
+//   S  = S * d;   u = ksum_i(S[i, :], kn[i]);   delta = (v - u) * beta;   S = fma(kn[:, None], delta, S)
+//   o  = round(ksum_i(S[i, :], qn[i]))              (the updated S)
+// ksum(a, b): K = 128 split into 4 contiguous segments of 32, each accumulated sequentially in
+// ascending i with fused multiply-adds from its first (rounded) product, then (p0 + p1) + (p2 + p3). Reference (the contract, bit for bit):
 // qwen38_kernels/reference/gdn.py (_ksum, _l2norm, _decay, _gdn_core, gdn_gates).
 //
 // Tensors: q, k [B, T, 16, 128], v [B, T, 48, 128] bf16/fp16 (last dim contiguous, other strides
@@ -44,7 +44,7 @@
 // visited: for the usual speculation trees, a spine with several children per node, the parent
 // whenever one is needed), or else rebuilt from the committed tile (kept in shared memory) by
 // replaying the path root..p with the stored per-node decay and delta:
-// S = S * d_a + kn_a * delta_a  - the step's own two roundings, with the very operands the step
+// S = fma(kn_a, delta_a, S * d_a) - the step's own two roundings, with the very operands the step
 // used, so the replayed state is bit-identical to the stepped one (a node's state has the same bits
 // however it is reached, so R is too). A per-warp array holds the current path (the last node
 // visited at each depth). Per node, the new state, the output sum and the next node's u sum (when
@@ -223,6 +223,7 @@ __device__ __forceinline__ void floats8_of(const uint4& w, float (&out)[8]) {
 
 // ---- the contract's arithmetic (IEEE round-to-nearest intrinsics: nvcc never contracts these) --
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }  // a * b + c, one rounding
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 
@@ -583,7 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
 #pragma unroll
       for (int r = 1; r < kSegLen; ++r)
 #pragma unroll
-        for (int u = 0; u < kNormV; ++u) ss[u] = add(ss[u], mul(xr[u][r], xr[u][r]));
+        for (int u = 0; u < kNormV; ++u) ss[u] = fma_rn(xr[u][r], xr[u][r], ss[u]);
 #pragma unroll
       for (int u = 0; u < kNormV; ++u) ss[u] = combine_segments(ss[u]);
 #pragma unroll
@@ -759,7 +760,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
             float ka[kSegLen];
             lds_floats(xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad, ka);
 #pragma unroll
-            for (int r = 0; r < kSegLen; ++r) S[r] = add(mul(S[r], da), mul(ka[r], dl));
+            for (int r = 0; r < kSegLen; ++r) S[r] = fma_rn(ka[r], dl, mul(S[r], da));
             a = an;
           }
           cur = pa;
@@ -778,7 +779,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
           const float a = mul(S[r], di);
-          u = r == 0 ? mul(a, kr[0]) : add(u, mul(a, kr[r]));
+          u = r == 0 ? mul(a, kr[0]) : fma_rn(a, kr[r], u);
           if (kDecayed) S[r] = a;
         }
       }
@@ -809,12 +810,12 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
           const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
-          const float sn = add(a, mul(kr[r], dl));          // S'
-          if (kOut) o = r == 0 ? mul(sn, qv[0]) : add(o, mul(sn, qv[r]));
+          const float sn = fma_rn(kr[r], dl, a);               // S'
+          if (kOut) o = r == 0 ? mul(sn, qv[0]) : fma_rn(sn, qv[r], o);
           if (kNext) {
             const float t = mul(kNext == 1 ? sn : S[r], dn);  // S' * d_next, or (a sibling) S * d_next
             kr[r] = kv[r];
-            un = r == 0 ? mul(t, kr[0]) : add(un, mul(t, kr[r]));
+            un = r == 0 ? mul(t, kr[0]) : fma_rn(t, kr[r], un);
             if (kNext == 1) S[r] = kDecayed ? t : sn;
           } else if (kKeep) {
             S[r] = sn;

@@ -46,18 +46,24 @@ weight (conv)    [C, 4]                               x's dtype or fp32; weight[
 
 Arithmetic (the order below IS the contract; fp32 unless ``acc_dtype=torch.float64``)
 --------------------------------------------------------------------------------------
-No fused multiply-add anywhere: every product is rounded to fp32, then added (CUDA: ``__fmul_rn``
-and ``__fadd_rn``, which nvcc never contracts). Transcendentals are *correctly rounded*: evaluated
-in float64 and rounded to fp32 (the kernels evaluate them in double, or in fp32 with a double
-fallback near rounding boundaries); sqrt and division are IEEE, correctly rounded (``__fsqrt_rn``,
-``__fdiv_rn``; never ``rsqrtf``). Note: torch's fp32 sqrt on the CPU is not correctly rounded, so the
-reference takes the sqrt in float64 and rounds it (exact for sqrt), and divides in fp32.
+Every product-and-add is one fused multiply-add, rounded once (CUDA: ``__fmaf_rn``, which nvcc
+never splits or reorders; the first product of a sum and the standalone products are rounded
+``__fmul_rn``). The reference evaluates an fp32 fma exactly: the product in float64 (exact), the sum
+in float64, and the one case where rounding that sum to fp32 could differ from rounding the exact
+value (a float64 sum exactly halfway between two fp32 numbers, with a non-zero error) settled by the
+sum's exact error. Transcendentals are *correctly rounded*: evaluated in float64 and rounded to fp32
+(the kernels evaluate them in double, or in fp32 with a double fallback near rounding boundaries);
+sqrt and division are IEEE, correctly rounded (``__fsqrt_rn``, ``__fdiv_rn``; never ``rsqrtf``).
+Note: torch's fp32 sqrt on the CPU is not correctly rounded, so the reference takes the sqrt in
+float64 and rounds it (exact for sqrt), and divides in fp32.
 
-``ksum`` - every sum over K = 128 (l2 norms, ``u = S^T k``, ``o = S^T q``): K is split into
-``K_SPLIT = 4`` contiguous segments of 32; each segment is summed sequentially in ascending k
-(``acc = p[32j]; acc = acc + p[32j+1]; ...``), then the 4 partials are added pairwise,
-``(p0 + p1) + (p2 + p3)`` (the xor-shuffle tree of 4 lanes; IEEE addition is commutative, so
-every lane gets the same bits). One function, ``_ksum``, serves the step, the verifies and the commit.
+``ksum(a, b)`` - every sum of products over K = 128 (l2 norms, ``u = S^T k``, ``o = S^T q``): K is split
+into ``K_SPLIT = 4`` contiguous segments of 32; each segment is accumulated sequentially in ascending
+k with fused multiply-adds (``acc = a[32j] * b[32j]; acc = fma(a[32j+1], b[32j+1], acc); ...``), then
+the 4 partials are added pairwise, ``(p0 + p1) + (p2 + p3)`` (the xor-shuffle tree of 4 lanes; IEEE
+addition is commutative, so every lane gets the same bits). One function, ``_ksum``, serves the
+step, the verifies and the commit. (A fused multiply-add per term is one instruction where a product
+and an add are two: the token loop of a verify issues about a third fewer instructions.)
 
 Gates (``gdn_gates``)::
 
@@ -72,14 +78,14 @@ Gates (``gdn_gates``)::
 
 Step (per sequence, per v head h, with qh = q/k head h // 3)::
 
-    rq = 1 / sqrt(ksum(q*q) + 1e-6);  qn = (q * rq) * fp32(scale)    # scale = 1/sqrt(128) by default
-    rk = 1 / sqrt(ksum(k*k) + 1e-6);  kn = k * rk                     # (+, sqrt, /: three fp32 roundings)
+    rq = 1 / sqrt(ksum(q, q) + 1e-6);  qn = (q * rq) * fp32(scale)   # scale = 1/sqrt(128) by default
+    rk = 1 / sqrt(ksum(k, k) + 1e-6);  kn = k * rk                    # (+, sqrt, /: three fp32 roundings)
     d  = round_fp32(exp_f64(g))                                        # per-head decay
     S  = S * d
-    u  = ksum_i(S[i, :] * kn[i])                                       # S^T k
+    u  = ksum_i(S[i, :], kn[i])                                        # S^T k
     dl = (v - u) * beta
-    S  = S + kn[:, None] * dl[None, :]                                 # rank-1 update, product first
-    o  = round_to(q.dtype, ksum_i(S[i, :] * qn[i]))                    # the updated S
+    S  = fma(kn[:, None], dl[None, :], S)                              # rank-1 update, one rounding
+    o  = round_to(q.dtype, ksum_i(S[i, :], qn[i]))                     # the updated S
 
 Conv (per channel c, window u0..u3 = the 3 previous raw inputs and the current one)::
 
@@ -310,13 +316,35 @@ def _check_gdn_inputs(op, q, k, v, g, beta, state_pool, slots, acc_dtype, *, tok
 
 # ---- arithmetic (shared by every op: chain/tree/commit == repeated steps, bit for bit) --------
 
-def _ksum(p: torch.Tensor) -> torch.Tensor:
-    """Sum ``p [..., 128, N]`` over dim -2 in the contract's order -> ``[..., N]``: K_SPLIT contiguous
-    segments, each summed sequentially in ascending k, then the partials added pairwise."""
-    seg = p.unflatten(-2, (K_SPLIT, p.shape[-2] // K_SPLIT)).movedim(-2, 0).contiguous()  # [32, ..., K_SPLIT, N]
-    acc = seg[0]
-    for i in range(1, seg.shape[0]):
-        acc = acc + seg[i]
+def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a * b + c`` rounded once to the dtype (fp32: exactly IEEE fmaf; float64, the accuracy
+    reference: a float64 product and sum). Broadcasts. No host synchronisation."""
+    if c.dtype != torch.float32:
+        return a * b + c
+    p = a.double() * b.double()  # exact: 24 + 24 significant bits
+    cd = c.double()
+    s = p + cd  # rounded to float64
+    bv = s - p  # TwoSum: err = (p + c) - s exactly
+    err = (p - (s - bv)) + (cd - bv)
+    r = s.float()  # correct unless s lies exactly halfway between two fp32 numbers and err != 0
+    r64 = r.double()
+    t = r64 + 2 * (s - r64)  # exact; an fp32 number (the other neighbour) iff s is such a midpoint
+    t32 = t.float()
+    tie = (s != r64) & (t32.double() == t) & (err != 0)
+    return torch.where(tie, torch.where(err > 0, torch.maximum(r, t32), torch.minimum(r, t32)), r)
+
+
+def _ksum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``sum_k a[..., k, n] * b[..., k, n]`` over dim -2 (K = 128; the two broadcast against each other)
+    in the contract's order -> ``[..., N]``: K_SPLIT contiguous segments, each accumulated sequentially
+    in ascending k with fused multiply-adds from its first (rounded) product, then the partials added
+    pairwise."""
+    a, b = torch.broadcast_tensors(a, b)
+    sa = a.unflatten(-2, (K_SPLIT, a.shape[-2] // K_SPLIT)).movedim(-2, 0)  # [32, ..., K_SPLIT, N]
+    sb = b.unflatten(-2, (K_SPLIT, b.shape[-2] // K_SPLIT)).movedim(-2, 0)
+    acc = sa[0] * sb[0]
+    for i in range(1, sa.shape[0]):
+        acc = _fma(sa[i], sb[i], acc)
     acc = acc.movedim(-2, 0)  # [K_SPLIT, ..., N]
     while acc.shape[0] > 1:  # (p0 + p1) + (p2 + p3)
         acc = acc[0::2] + acc[1::2]
@@ -324,8 +352,9 @@ def _ksum(p: torch.Tensor) -> torch.Tensor:
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    """x [..., 128] -> x * (1 / sqrt(ksum(x*x) + 1e-6)), in x's dtype."""
-    ss = _ksum((x * x).unsqueeze(-1)).squeeze(-1) + L2_EPS
+    """x [..., 128] -> x * (1 / sqrt(ksum(x, x) + 1e-6)), in x's dtype."""
+    xs = x.unsqueeze(-1)
+    ss = _ksum(xs, xs).squeeze(-1) + L2_EPS
     # correctly rounded sqrt: through float64 (innocuous double rounding for sqrt). torch's fp32 CPU
     # sqrt is NOT correctly rounded (about 1 result in 5 is 1 ulp off on AVX2), so it is not used.
     sq = torch.sqrt(ss.to(torch.float64)).to(ss.dtype)
@@ -345,13 +374,13 @@ def _gdn_core(S, q, k, v, decay, beta, scale, *, want_out=True):
     Returns (S', o [n, 48, 128] unrounded, or None)."""
     kn = _l2norm(k).repeat_interleave(GROUP, dim=-2)            # [n, 48, 128]
     S = S * decay[..., None, None]
-    u = _ksum(S * kn[..., :, None])                             # [n, 48, V]
+    u = _ksum(S, kn[..., :, None])                              # [n, 48, V]
     delta = (v - u) * beta[..., None]
-    S = S + kn[..., :, None] * delta[..., None, :]
+    S = _fma(kn[..., :, None], delta[..., None, :], S)
     if not want_out:
         return S, None
     qn = (_l2norm(q) * scale).repeat_interleave(GROUP, dim=-2)
-    return S, _ksum(S * qn[..., :, None])
+    return S, _ksum(S, qn[..., :, None])
 
 
 def _silu_round(s: torch.Tensor, out_dtype, acc_dtype) -> torch.Tensor:
