@@ -41,17 +41,6 @@ constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of 
 constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
 constexpr int64_t kMinGemmRows = 256;
 
-enum class Prefill { kAuto, kChunked, kDequant };
-
-Prefill prefill_mode() {
-  const char* v = std::getenv("QWEN38_FP8_PREFILL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
-  if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
-  if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
-  TORCH_CHECK_VALUE(false, "qwen38.", kOp, ": QWEN38_FP8_PREFILL must be auto, chunked or dequant, got '", v, "'");
-  return Prefill::kAuto;
-}
-
 // Rows from which "auto" takes the dequant strategy (bf16 x). Measured on the H200 (session 10,
 // benchmarks/results/h200/fp8.md, 34816x5120): chunked 214.7 / 1805 us at 64 / 512 rows (~3.5 us a
 // row: the skinny kernel at 32 rows, 107 us), dequant 657 / 1190 us (~580 us for the weight split
@@ -213,7 +202,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   if (m > kSkinnyMaxRows) {
-    const Prefill mode = prefill_mode();
+    const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL");
     TORCH_CHECK_VALUE(mode != Prefill::kDequant || dequant_serves(x), "qwen38.", kOp,
                       ": QWEN38_FP8_PREFILL=dequant serves bfloat16 x in a build with cuBLASLt; got x of dtype ",
                       dtype_name(x.scalar_type()), " (use auto or chunked)");

@@ -1,6 +1,8 @@
 // Host-side checks shared by the weight-GEMM launchers (nvfp4_linear, fp8_block_linear).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -9,6 +11,19 @@
 #include "gemm/skinny_variants.h"
 
 namespace qwen38::gemm {
+
+// The prefill strategy knob of a weight GEMM at more than 32 rows (QWEN38_NVFP4_PREFILL,
+// QWEN38_FP8_PREFILL): auto (unset or empty too), chunked or dequant; anything else is an error
+// naming the knob.
+enum class Prefill { kAuto, kChunked, kDequant };
+inline Prefill prefill_mode(const char* op, const char* knob) {
+  const char* v = std::getenv(knob);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
+  if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
+  if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": ", knob, " must be auto, chunked or dequant, got '", v, "'");
+  return Prefill::kAuto;
+}
 
 // bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel
 // (0 bf16, 1 fp16, 2 fp32); 0 when there is no bias.

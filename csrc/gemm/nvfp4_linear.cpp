@@ -92,17 +92,6 @@ int l2_span() {
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-enum class Prefill { kAuto, kChunked, kDequant };
-
-Prefill prefill_mode() {
-  const char* v = std::getenv("QWEN38_NVFP4_PREFILL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
-  if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
-  if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
-  TORCH_CHECK_VALUE(false, "qwen38.", kOp, ": QWEN38_NVFP4_PREFILL must be auto, chunked or dequant, got '", v, "'");
-  return Prefill::kAuto;
-}
-
 int64_t dequant_rows(int64_t n, int64_t k) {
   const char* v = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
   if (v == nullptr || *v == '\0') return nvfp4_prefill_dequant_rows(n, k);
@@ -292,7 +281,7 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   bool dequant = false;
   if (m > kSkinnyMaxRows) {
-    const Prefill mode = prefill_mode();
+    const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL");
     dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k));
   }
   if (dequant) {
