@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "common/host.h"  // num()
+
 namespace qwen38::gemm {
 
 // The largest power of two up to 256 that divides the address.
@@ -49,6 +51,24 @@ inline bool lt_preference(LtDescs& lt, const void* a, const void* b, const void*
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+}
+
+// D = alpha A B + beta D with the heuristic's first algorithm for lt (descriptors and preference
+// set), on torch's cuBLASLt handle and workspace. Returns false, having launched nothing, where the
+// heuristic offers no algorithm; a failing matmul is an error of `op`.
+inline bool lt_matmul(const char* op, const LtDescs& lt, const void* alpha, const void* a, const void* b,
+                      const void* beta, void* d, cudaStream_t stream) {
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
+          CUBLAS_STATUS_SUCCESS || found == 0)
+    return false;
+  const cublasStatus_t st = cublasLtMatmul(handle, lt.op, alpha, a, lt.a, b, lt.b, beta, d, lt.d, d, lt.d, &heur.algo,
+                                           at::cuda::getCUDABlasLtWorkspace(),
+                                           at::cuda::getCUDABlasLtWorkspaceSize(), stream);
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", op, ": cublasLtMatmul failed (status ", num(int(st)), ")");
+  return true;
 }
 
 }  // namespace qwen38::gemm

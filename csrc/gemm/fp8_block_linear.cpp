@@ -69,18 +69,8 @@ bool lt_gemm_f32(const void* x, int64_t x_stride, const void* t, float* d, int64
       cublasLtMatrixLayoutCreate(&lt.d, CUDA_R_32F, uint64_t(nn), uint64_t(m), ldd) == CUBLAS_STATUS_SUCCESS &&
       lt_preference(lt, t, x, d);
   if (!ok) return false;
-  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
-          CUBLAS_STATUS_SUCCESS || found == 0)
-    return false;
   const float alpha = 1.f;
-  const cublasStatus_t st =
-      cublasLtMatmul(handle, lt.op, &alpha, t, lt.a, x, lt.b, &beta, d, lt.d, d, lt.d, &heur.algo,
-                     at::cuda::getCUDABlasLtWorkspace(), at::cuda::getCUDABlasLtWorkspaceSize(), stream);
-  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
-  return true;
+  return lt_matmul(kOp, lt, &alpha, t, x, &beta, d, stream);
 }
 #endif
 
@@ -136,15 +126,7 @@ bool run_dequant(const at::Tensor& x, int64_t x_stride, const at::Tensor& w, con
         }
       }
     }
-    Nvfp4EpilogueParams e;
-    e.acc = a;
-    e.global = one.data_ptr<float>();
-    e.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-    e.bias_dtype = bias_dtype;
-    e.y = static_cast<char*>(y.data_ptr()) + r0 * n * at::elementSize(od);
-    e.m = r;
-    e.n = n;
-    check_launch(kOp, launch_nvfp4_prefill_epilogue(out_of(od), e, pdl, stream), x);
+    prefill_epilogue(kOp, a, one.data_ptr<float>(), bias, bias_dtype, y, od, r0, r, n, pdl, stream);
   }
   return true;
 #else

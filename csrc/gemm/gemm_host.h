@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "common/host.h"
-#include "gemm/nvfp4_linear_launch.h"  // Act, Out
+#include "gemm/nvfp4_dequant_launch.h"  // the prefill epilogue
+#include "gemm/nvfp4_linear_launch.h"   // Act, Out
 #include "gemm/skinny_variants.h"
 
 namespace qwen38::gemm {
@@ -76,6 +77,22 @@ inline SkinnyVariant skinny_variant_for(const char* op, SkinnyOp id, const char*
 inline Act act_of(const at::Tensor& x) { return x.scalar_type() == at::kBFloat16 ? Act::kBF16 : Act::kF16; }
 inline Out out_of(at::ScalarType od) {
   return od == at::kFloat ? Out::kF32 : od == at::kHalf ? Out::kF16 : Out::kBF16;
+}
+
+// The prefill epilogue over rows r0 .. r0 + r of y: y = round(global * acc + bias) from the fp32
+// accumulator acc [r, n] (acc may be y itself when y is fp32).
+inline void prefill_epilogue(const char* op, const float* acc, const float* global,
+                             const std::optional<at::Tensor>& bias, int bias_dtype, const at::Tensor& y,
+                             at::ScalarType od, int64_t r0, int64_t r, int64_t n, bool pdl, cudaStream_t stream) {
+  Nvfp4EpilogueParams e;
+  e.acc = acc;
+  e.global = global;
+  e.bias = bias.has_value() ? bias->data_ptr() : nullptr;
+  e.bias_dtype = bias_dtype;
+  e.y = static_cast<char*>(y.data_ptr()) + r0 * n * at::elementSize(od);
+  e.m = r;
+  e.n = n;
+  check_launch(op, launch_nvfp4_prefill_epilogue(out_of(od), e, pdl, stream), y);
 }
 
 }  // namespace qwen38::gemm

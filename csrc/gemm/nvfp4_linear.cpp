@@ -201,20 +201,10 @@ bool lt_linear(const at::Tensor& x, int64_t x_stride, const at::Tensor& wd, cons
        cublasLtMatrixLayoutCreate(&lt.d, out, uint64_t(n), uint64_t(m), n) == CUBLAS_STATUS_SUCCESS;
   ok = ok && lt_preference(lt, wd.data_ptr(), x.data_ptr(), y.data_ptr());
   if (!ok) return false;
-  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(handle, lt.op, lt.a, lt.b, lt.d, lt.d, lt.pref, 1, &heur, &found) !=
-          CUBLAS_STATUS_SUCCESS || found == 0)
-    return false;
   // beta = 0 from device memory (the pointer mode covers both scalars)
   const at::Tensor zero = at::zeros({1}, x.options().dtype(at::kFloat));
-  const cublasStatus_t st =
-      cublasLtMatmul(handle, lt.op, w_global.data_ptr<float>(), wd.data_ptr(), lt.a, x.data_ptr(), lt.b,
-                     zero.data_ptr<float>(), y.data_ptr(), lt.d, y.data_ptr(), lt.d, &heur.algo,
-                     at::cuda::getCUDABlasLtWorkspace(), at::cuda::getCUDABlasLtWorkspaceSize(), stream);
-  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "qwen38.", kOp, ": cublasLtMatmul failed (status ", num(int(st)), ")");
-  return true;
+  return lt_matmul(kOp, lt, w_global.data_ptr<float>(), wd.data_ptr(), x.data_ptr(), zero.data_ptr<float>(),
+                   y.data_ptr(), stream);
 }
 #endif
 
@@ -242,15 +232,8 @@ void run_dequant(const at::Tensor& x, const at::Tensor& w_packed, const at::Tens
     const int64_t r = std::min(rows, m - r0);
     at::Tensor a = in_place ? y2.narrow(0, r0, r) : acc.narrow(0, 0, r);
     at::mm_out(a, x2.narrow(0, r0, r), wt, at::kFloat);
-    Nvfp4EpilogueParams e;
-    e.acc = a.data_ptr<float>();
-    e.global = w_global.data_ptr<float>();
-    e.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-    e.bias_dtype = bias_dtype;
-    e.y = static_cast<char*>(y.data_ptr()) + r0 * n * at::elementSize(od);
-    e.m = r;
-    e.n = n;
-    check_launch(kOp, launch_nvfp4_prefill_epilogue(out_of(od), e, pdl, stream), x);
+    prefill_epilogue(kOp, a.data_ptr<float>(), w_global.data_ptr<float>(), bias, bias_dtype, y, od, r0, r, n, pdl,
+                     stream);
   }
 }
 
