@@ -12,7 +12,7 @@ Providers:
   qwen38          the op, bf16 output
   qwen38 narrow stream  the op with QWEN38_FP8_STREAM=narrow (17..32 rows through the skinny kernel,
                   not the register-stream kernel's second m16 tile; the same bits)
-  qwen38 chunked / qwen38 dequant  (more than 32 rows) the op with QWEN38_FP8_PREFILL forced
+  qwen38 chunked / qwen38 dequant / qwen38 mma  (more than 32 rows) the op with QWEN38_FP8_PREFILL forced
   cuBLAS bf16     ``F.linear(x, W_bf16)`` on the bf16 weight of the same shape (2x the weight bytes)
   dequant+matmul  ``F.linear(x, formats_fp8.dequantize_fp8_block(w, bf16))``, the dequantization
                   inside the timed call: what a user writes first
@@ -101,6 +101,7 @@ def _qwen38(x, w, s):
 _qwen38_narrow = bench.with_knobs(_qwen38, QWEN38_FP8_STREAM="narrow")  # 17..32 rows: the skinny kernel
 _qwen38_chunked = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="chunked")  # more than 32 rows
 _qwen38_dequant = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="dequant")
+_qwen38_mma = bench.with_knobs(_qwen38, QWEN38_FP8_PREFILL="mma")
 
 
 def _cublas(x, w):
@@ -132,6 +133,7 @@ PROVIDERS = (
     Provider("qwen38 narrow stream", _qwen38_narrow, fp8_weight_bytes),
     Provider("qwen38 chunked", _qwen38_chunked, fp8_weight_bytes, min_calls=20, min_rows=33),
     Provider("qwen38 dequant", _qwen38_dequant, fp8_weight_bytes, min_calls=20, min_rows=33),
+    Provider("qwen38 mma", _qwen38_mma, fp8_weight_bytes, min_calls=20, min_rows=33),
     Provider("cuBLAS bf16", _cublas, bf16_weight_bytes),
     # milliseconds a call: 20 calls a graph already hide the launches, and keep the sweep short
     Provider("dequant+matmul", _dequant_matmul, fp8_weight_bytes, min_calls=20),
@@ -208,6 +210,7 @@ def build_weights(shape: Shape) -> tuple[dict[str, tuple], dict[str, str], Calla
     weights = {"qwen38": (q.weight, q.weight_scale_inv), "qwen38 narrow stream": (q.weight, q.weight_scale_inv),
                "cuBLAS bf16": (w,),
                "qwen38 chunked": (q.weight, q.weight_scale_inv), "qwen38 dequant": (q.weight, q.weight_scale_inv),
+               "qwen38 mma": (q.weight, q.weight_scale_inv),
                "dequant+matmul": (q.weight, q.weight_scale_inv)}
     notes: dict[str, str] = {}
     make_x8 = None

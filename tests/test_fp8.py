@@ -177,7 +177,7 @@ def test_opcheck(device):
                    test_utils=OPCHECK_UTILS)
 
 
-# ---- more than 32 rows: the chunked and dequant strategies (QWEN38_FP8_PREFILL) ---------------------
+# ---- more than 32 rows: the chunked, dequant and mma strategies (QWEN38_FP8_PREFILL) ---------------
 
 
 def _check_bound(y, x, w, bias, what):
@@ -189,7 +189,7 @@ def _check_bound(y, x, w, bias, what):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("strategy", ["chunked", "dequant"])
+@pytest.mark.parametrize("strategy", ["chunked", "dequant", "mma"])
 @pytest.mark.parametrize("m,n,k", [(33, 1000, 5120), (300, 200, 272), (40, 4200, 16384)])
 def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
     """Both strategies, bias and bf16 / fp32 output, against the float64 bound. 4200 x 16384: the
@@ -240,3 +240,34 @@ def test_prefill_dequant_graph_equals_eager():
     with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
         qt.assert_graph_equals_eager(lambda t: _call(t, w), x)
         qt.assert_deterministic(lambda t: _call(t, w), x, times=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(33, 48, 5120), (129, 257, 144), (517, 1024, 6144)])
+def test_prefill_mma_fp16_edges_and_fp16_out(m, n, k):
+    """The tensor-core strategy with fp16 x (and fp16 / fp32 output, bias in fp16), on tiles cut by
+    every edge: rows past a 128-row tile, columns past a 128-column tile (N = 48, 257), a last K
+    block of 16 (K = 144)."""
+    w = _weight(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, dtype=torch.float16, device="cuda", seed=m + k)
+    bias = qt.randn_nonzero(n, dtype=torch.float16, device="cuda", seed=5)
+    with q.knobs.override(QWEN38_FP8_PREFILL="mma"):
+        for out in (None, torch.float32):
+            y = _call(x, w, bias, out)
+            assert y.shape == (m, n) and y.dtype == (out or torch.float16)
+            _check_bound(y, x, w, bias, f"mma fp16, {m} x {n} x {k}, out {out}")
+
+
+@pytest.mark.gpu
+def test_prefill_mma_graph_equals_eager_and_row_independent():
+    """Graph == eager, deterministic, and a row's bits do not depend on the others (same tile
+    arithmetic for every row: row r alone in a 33-row call equals row r of a 300-row call)."""
+    w = _weight(1000, 5120, "cuda")
+    x = qt.randn_nonzero(300, 5120, device="cuda", seed=19)
+    with q.knobs.override(QWEN38_FP8_PREFILL="mma"):
+        qt.assert_graph_equals_eager(lambda t: _call(t, w), x)
+        qt.assert_deterministic(lambda t: _call(t, w), x, times=3)
+        full = _call(x, w)
+        for r in (0, 140, 299):
+            part = _call(torch.cat([x[r:r + 1], x[:32]]), w)
+            qt.assert_bitwise_equal(part[0:1], full[r:r + 1], f"mma: row {r} alone and in 300 rows")

@@ -1,5 +1,8 @@
 // Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows). More rows
-// take one of two strategies (QWEN38_FP8_PREFILL, KNOBS.md):
+// take one of three strategies (QWEN38_FP8_PREFILL, KNOBS.md):
+//   mma      (only when asked for; not yet timed on a GPU) the tensor-core kernel of
+//            fp8_prefill_kernel.cu: the contract's block arithmetic in 128 x 128 tiles, within the
+//            float64 bound, no row invariance against the 1..32-row kernels.
 //   chunked  the skinny kernel on 32-row slices: each row bit-identical to its 1-row call; the
 //            weight is read once per slice.
 //   dequant  (bf16 x, a build with cuBLASLt) the weight split once into three bf16 terms whose sum
@@ -184,7 +187,12 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   if (m > kSkinnyMaxRows) {
-    const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL");
+    const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL", true);
+    if (mode == Prefill::kMma) {
+      p.m = m;
+      check_launch(kOp, launch_fp8_prefill(act_of(x), p, pdl, stream), x);
+      return y;
+    }
     TORCH_CHECK_VALUE(mode != Prefill::kDequant || dequant_serves(x), "qwen38.", kOp,
                       ": QWEN38_FP8_PREFILL=dequant serves bfloat16 x in a build with cuBLASLt; got x of dtype ",
                       dtype_name(x.scalar_type()), " (use auto or chunked)");

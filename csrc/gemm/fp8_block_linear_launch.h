@@ -33,6 +33,11 @@ bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
 cudaError_t launch_fp8_stream(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
 
+// The "mma" prefill strategy (fp8_prefill_kernel.cu): more than 32 rows through mma.sync tiles of
+// 128 rows x 128 columns, the contract's block arithmetic; K a positive multiple of 16; x rows and
+// w 16-byte aligned. p.stream is not read.
+cudaError_t launch_fp8_prefill(Act act, const Fp8BlockParams& p, bool pdl, cudaStream_t stream);
+
 // The "dequant" prefill strategy's weight split (fp8_split_kernel.cu): rows [0, n) of w and their
 // scales into three bf16 terms t0 + t1 + t2 = fp32(e4m3(w) * scale) exactly.
 struct Fp8SplitParams {

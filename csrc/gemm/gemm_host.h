@@ -14,15 +14,17 @@
 namespace qwen38::gemm {
 
 // The prefill strategy knob of a weight GEMM at more than 32 rows (QWEN38_NVFP4_PREFILL,
-// QWEN38_FP8_PREFILL): auto (unset or empty too), chunked or dequant; anything else is an error
-// naming the knob.
-enum class Prefill { kAuto, kChunked, kDequant };
-inline Prefill prefill_mode(const char* op, const char* knob) {
+// QWEN38_FP8_PREFILL): auto (unset or empty too), chunked, dequant, or (where the op has it, mma_ok)
+// mma; anything else is an error naming the knob.
+enum class Prefill { kAuto, kChunked, kDequant, kMma };
+inline Prefill prefill_mode(const char* op, const char* knob, bool mma_ok = false) {
   const char* v = std::getenv(knob);
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Prefill::kAuto;
   if (std::strcmp(v, "chunked") == 0) return Prefill::kChunked;
   if (std::strcmp(v, "dequant") == 0) return Prefill::kDequant;
-  TORCH_CHECK_VALUE(false, "qwen38.", op, ": ", knob, " must be auto, chunked or dequant, got '", v, "'");
+  if (mma_ok && std::strcmp(v, "mma") == 0) return Prefill::kMma;
+  const char* allowed = mma_ok ? "auto, chunked, dequant or mma" : "auto, chunked or dequant";
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": ", knob, " must be ", allowed, ", got '", v, "'");
   return Prefill::kAuto;
 }
 
