@@ -207,7 +207,7 @@ def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
 
 @pytest.mark.gpu
 def test_prefill_auto_threshold_and_fp16():
-    """auto: chunked below fp8_prefill_dequant_rows (each row = its 1-row call), dequant from it
+    """auto: chunked below 256 rows (kDequantRows; each row = its 1-row call), dequant from it
     (bits that differ from the chunked ones somewhere, within the bound); fp16 x: chunked at any row
     count, and dequant forced on fp16 is refused with a clear error; bad knob values are named."""
     n, k = 1024, 5120

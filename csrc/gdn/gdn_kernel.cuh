@@ -6,8 +6,9 @@
 //   S  = S * d;   u = ksum_i(S[i, :], kn[i]);   delta = (v - u) * beta;   S = fma(kn[:, None], delta, S)
 //   o  = round(ksum_i(S[i, :], qn[i]))              (the updated S)
 // ksum(a, b): K = 128 split into 4 contiguous segments of 32, each accumulated sequentially in
-// ascending i with fused multiply-adds from its first (rounded) product, then (p0 + p1) + (p2 + p3). Reference (the contract, bit for bit):
-// qwen38_kernels/reference/gdn.py (_ksum, _l2norm, _decay, _gdn_core, gdn_gates).
+// ascending i with fused multiply-adds from its first (rounded) product, then (p0 + p1) + (p2 + p3).
+// Reference (the contract, bit for bit): qwen38_kernels/reference/gdn.py (_ksum, _l2norm, _decay,
+// _gdn_core, gdn_gates).
 //
 // Tensors: q, k [B, T, 16, 128], v [B, T, 48, 128] bf16/fp16 (last dim contiguous, other strides
 // free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),

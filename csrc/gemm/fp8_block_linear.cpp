@@ -11,7 +11,7 @@
 //            products summed in fp32 in cuBLAS's order - within the float64 bound, no row
 //            invariance. N is taken in slices whose three terms fit kSplitBytes; the fp32
 //            accumulator is y itself for fp32 output, else at most kAccBytes of rows at a time.
-//   auto     dequant from fp8_prefill_dequant_rows(N, K) rows on (bf16 x with cuBLASLt), else chunked.
+//   auto     dequant from kDequantRows rows on (bf16 x with cuBLASLt), else chunked.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -24,7 +24,6 @@
 
 #include "gemm/gemm_host.h"
 #include "gemm/fp8_block_linear_launch.h"
-#include "gemm/nvfp4_dequant_launch.h"  // the prefill epilogue
 
 #include "gemm/cublaslt_host.h"
 
@@ -49,11 +48,7 @@ constexpr int64_t kMinGemmRows = 256;
 // row: the skinny kernel at 32 rows, 107 us), dequant 657 / 1190 us (~580 us for the weight split
 // plus ~1.2 us a row for the three GEMMs): even at ~260 rows. Both costs scale with N x K, so the
 // crossover is about the same for every shape.
-int64_t fp8_prefill_dequant_rows(int64_t n, int64_t k) {
-  (void)n;
-  (void)k;
-  return 256;
-}
+constexpr int64_t kDequantRows = 256;
 
 #if QWEN38_HAVE_CUBLASLT
 // D[m, nn] (fp32, row stride ldd) = x[m, K] t[nn, K]^T + beta D (beta 0 or 1): one cuBLASLt matmul
@@ -197,7 +192,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
                       ": QWEN38_FP8_PREFILL=dequant serves bfloat16 x in a build with cuBLASLt; got x of dtype ",
                       dtype_name(x.scalar_type()), " (use auto or chunked)");
     const bool dequant = mode == Prefill::kDequant ||
-                         (mode == Prefill::kAuto && dequant_serves(x) && m >= fp8_prefill_dequant_rows(n, k));
+                         (mode == Prefill::kAuto && dequant_serves(x) && m >= kDequantRows);
     if (dequant && run_dequant(x, x_stride, w, w_scale_inv, bias, bias_dtype, y, od, m, n, k, stream)) return y;
   }
   // More than 32 rows: the skinny kernel on 32-row slices (each row still bit-identical to its

@@ -21,9 +21,9 @@ def fp8_block_linear(x: torch.Tensor, w: FP8BlockWeight | torch.Tensor, w_scale_
     ``fp8_block_linear(x, weight, weight_scale_inv, ...)``. x bf16/fp16 [..., K]; returns [..., N].
     The CUDA path serves 1..32 rows (decode and verify) in one launch, each row bit-identical to its
     1-row call. More rows (QWEN38_FP8_PREFILL, KNOBS.md): 32-row slices of the same kernel (the same
-    row invariance), or, for bf16 x from a row threshold per weight shape, the weight split into
-    three bf16 terms (exactly fp32(e4m3 * scale)) and three cuBLAS GEMMs into one fp32 sum (within
-    the reference's float64 bound, not row-invariant).
+    row invariance), or, for bf16 x from 256 rows, the weight split into three bf16 terms (exactly
+    fp32(e4m3 * scale)) and three cuBLAS GEMMs into one fp32 sum (within the reference's float64
+    bound, not row-invariant).
     """
     if isinstance(w, FP8BlockWeight):
         if w_scale_inv is not None:
