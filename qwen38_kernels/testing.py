@@ -58,6 +58,24 @@ def randn_nonzero(*shape: int, dtype: torch.dtype = torch.bfloat16, device="cpu"
     return t.to(device)
 
 
+# ---- output rounding -----------------------------------------------------------------------------
+
+
+def spacing(y: torch.Tensor) -> torch.Tensor:
+    """float64 gap from |y| to the next value of y's dtype up: at least the rounding gap around y, so
+    a correctly rounded output is within ``spacing(y) / 2`` of the exact value."""
+    a = y.abs()
+    return (torch.nextafter(a, torch.full_like(a, float("inf"))) - a).double()
+
+
+def rounding_slack(y: torch.Tensor) -> torch.Tensor:
+    """How far a 16-bit output ``y`` may be from the fp32 value it rounds (``spacing(y) / 2``), as
+    float64; zeros for an fp32 output (its fp32 roundings belong to the caller's error bound)."""
+    if y.dtype == torch.float32:
+        return torch.zeros_like(y, dtype=torch.float64)
+    return spacing(y) / 2
+
+
 # ---- poisoning -------------------------------------------------------------------------------
 
 # 0xFF in every byte is a NaN in bf16, fp16, fp32, fp64, float8_e4m3fn and float8_e5m2, and -1 (or

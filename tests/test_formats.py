@@ -491,20 +491,15 @@ def _f64_linear(x, w, b):
     return y if b is None else y + b.double()
 
 
-def _spacing(y: torch.Tensor) -> torch.Tensor:
-    """float64 gap from |y| to the next value of y's dtype up (>= the rounding gap around y)."""
-    a = y.abs()
-    return (torch.nextafter(a, torch.full_like(a, float("inf"))) - a).double()
-
 
 def _assert_within_bound(y, x, w, b, tag):
     """|y - y64| <= spacing(y)/2 + err on every element (reference.nvfp4_linear_f64_bound), and
     <= 1 ulp from the float64 evaluation rounded to y's dtype wherever err < spacing/2. Returns the
     fraction of elements where err < spacing/2 (where the 1-ulp claim is guaranteed)."""
     y64, err = nvfp4_linear_f64_bound(x, w.packed, w.scale, w.global_scale, b)
-    over = (y.double() - y64).abs() - (_spacing(y) / 2 + err)
+    over = (y.double() - y64).abs() - (qt.spacing(y) / 2 + err)
     assert float(over.max()) <= 0, f"{tag}: outside the fp32 error bound by {float(over.max()):.3g}"
-    sure = err < _spacing(y64.to(y.dtype)) / 2
+    sure = err < qt.spacing(y64.to(y.dtype)) / 2
     u = qt.ulp_diff(y, y64.to(y.dtype))
     worst = int(u[sure].max()) if bool(sure.any()) else 0
     assert worst <= 1, (f"{tag}: > 1 ulp where the bound guarantees 1; ulp histogram "
@@ -571,7 +566,7 @@ def test_the_bound_admits_cancellation_that_1_ulp_would_not():
     assert float(seq) == 0.0 and int(qt.ulp_diff(seq.bfloat16().view(1, 1), y64.bfloat16())) > 1000
     assert abs(float(seq) - float(y64)) <= float(err)
     y = nvfp4_linear(x, w.packed, w.scale, w.global_scale)
-    assert abs(float(y) - float(y64)) <= float(err) + float(_spacing(y)) / 2
+    assert abs(float(y) - float(y64)) <= float(err) + float(qt.spacing(y)) / 2
 
 
 def test_nvfp4_linear_out_dtypes_and_shapes():

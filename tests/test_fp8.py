@@ -183,7 +183,7 @@ def test_opcheck(device):
 def _check_bound(y, x, w, bias, what):
     y64, err = ref.fp8_block_linear_f64_bound(x.cpu(), w.weight.cpu(), w.weight_scale_inv.cpu(),
                                              None if bias is None else bias.cpu())
-    bound = err + (y64.abs() * 2.0 ** -8 if y.dtype == torch.bfloat16 else 0.0)
+    bound = err + qt.rounding_slack(y.cpu())  # the documented bound: spacing(y) / 2 + err
     excess = (y.cpu().to(torch.float64) - y64).abs() - bound
     assert not (excess > 0).any(), f"{what}: {int((excess > 0).sum())} outputs beyond the bound"
 
@@ -207,23 +207,25 @@ def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
 
 @pytest.mark.gpu
 def test_prefill_auto_threshold_and_fp16():
-    """auto: chunked below 256 rows (kDequantRows; each row = its 1-row call), dequant from it
-    (bits that differ from the chunked ones somewhere, within the bound); fp16 x: chunked at any row
-    count, and dequant forced on fp16 is refused with a clear error; bad knob values are named."""
+    """auto: chunked up to 64 rows (each row = its 1-row call), mma from 65 rows (kMmaRows; the
+    forced mma strategy's bits, which differ from the chunked ones somewhere, within the bound), for
+    bf16 and fp16 x alike; dequant forced on fp16 is refused with a clear error; bad knob values are
+    named."""
     n, k = 1024, 5120
     w = _weight(n, k, "cuda")
-    x = qt.randn_nonzero(256, k, dtype=torch.bfloat16, device="cuda", seed=3)
-    y255 = _call(x[:255], w)
-    for r in (0, 128, 254):
-        qt.assert_bitwise_equal(y255[r:r + 1], _call(x[r:r + 1], w), f"auto at 255 rows: row {r}")
-    y256 = _call(x, w)
-    with q.knobs.override(QWEN38_FP8_PREFILL="chunked"):
-        c256 = _call(x, w)
-    assert not torch.equal(y256.view(torch.int16), c256.view(torch.int16)), "auto at 256 rows took chunked"
-    _check_bound(y256, x, w, None, "auto at 256 rows")
+    for dt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(65, k, dtype=dt, device="cuda", seed=3)
+        y64 = _call(x[:64], w)
+        for r in (0, 33, 63):
+            qt.assert_bitwise_equal(y64[r:r + 1], _call(x[r:r + 1], w), f"auto at 64 rows ({dt}): row {r}")
+        y65 = _call(x, w)
+        with q.knobs.override(QWEN38_FP8_PREFILL="mma"):
+            qt.assert_bitwise_equal(y65, _call(x, w), f"auto at 65 rows ({dt}) is the mma strategy")
+        with q.knobs.override(QWEN38_FP8_PREFILL="chunked"):
+            c65 = _call(x, w)
+        assert not torch.equal(y65.view(torch.int16), c65.view(torch.int16)), f"auto at 65 rows ({dt}) took chunked"
+        _check_bound(y65, x, w, None, f"auto at 65 rows ({dt})")
     x16 = x.half()
-    y16 = _call(x16, w)
-    qt.assert_bitwise_equal(y16[200:201], _call(x16[200:201], w), "fp16 x at 256 rows: chunked")
     with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
         with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: QWEN38_FP8_PREFILL=dequant serves bfloat16"):
             _call(x16, w)

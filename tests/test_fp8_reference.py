@@ -101,10 +101,6 @@ def _nearest_codes_brute_force(v: torch.Tensor) -> torch.Tensor:
     return (pick | (torch.signbit(v).long() << 7)).to(torch.uint8)
 
 
-def _spacing(y: torch.Tensor) -> torch.Tensor:
-    a = y.abs()
-    return (torch.nextafter(a, torch.full_like(a, float("inf"))) - a).double()
-
 
 # ---- e4m3 decode ---------------------------------------------------------------------------------
 
@@ -383,10 +379,10 @@ def _assert_within_bound(y, x, w, b, tag, bound=None):
     rounded to y's dtype wherever err is below half an ulp. Returns the fraction where it is.
     ``bound``: fp8_block_linear_f64_bound(x, w, b) when the caller has it already."""
     y64, err = bound or fp8_block_linear_f64_bound(x, w.weight, w.weight_scale_inv, b)
-    slack = err if y.dtype == torch.float32 else err + _spacing(y) / 2
+    slack = err if y.dtype == torch.float32 else err + qt.spacing(y) / 2
     over = (y.double() - y64).abs() - slack
     assert float(over.max()) <= 0, f"{tag}: outside the fp32 error bound by {float(over.max()):.3g}"
-    sure = err < _spacing(y64.to(y.dtype)) / 2
+    sure = err < qt.spacing(y64.to(y.dtype)) / 2
     u = qt.ulp_diff(y, y64.to(y.dtype))
     worst = int(u[sure].max()) if bool(sure.any()) else 0
     assert worst <= 1, f"{tag}: > 1 ulp where the bound guarantees 1; {qt.ulp_histogram(y, y64.to(y.dtype))}"

@@ -51,27 +51,11 @@ def _strategy(strategy: str):
     return knobs.override(QWEN38_NVFP4_PREFILL=strategy.removesuffix("-nolt"), QWEN38_NVFP4_PREFILL_LT=lt)
 
 
-# significant bits and the subnormal spacing of each output dtype
-_PRECISION = {torch.bfloat16: (8, 2.0 ** -133), torch.float16: (11, 2.0 ** -24)}
-
-
-def _half_spacing(y: torch.Tensor) -> torch.Tensor:
-    """Half the gap from |y| to the next value up in y's dtype (0 for fp32: the fp32 result is the
-    output, its roundings are inside the bound's err), float64."""
-    y64 = y.to(torch.float64)
-    if y.dtype == torch.float32:
-        return torch.zeros_like(y64)
-    p, sub = _PRECISION[y.dtype]
-    _, e = torch.frexp(y64)  # |y| = m 2^e, m in [0.5, 1): ulp = 2^(e - p); subnormals and 0: sub
-    ulp = torch.maximum(torch.ldexp(torch.ones_like(y64), e - p), torch.full_like(y64, sub))
-    return torch.where(y64 == 0, torch.full_like(y64, sub), ulp) / 2
-
-
 def _assert_within_bound(y, x, w: formats.NVFP4Weight, bias=None, what: str = ""):
     """|y - y64| <= spacing(y) / 2 + err on every element (reference.gemm.nvfp4_linear_f64_bound)."""
     y64, err = ref.nvfp4_linear_f64_bound(x, w.packed, w.scale, w.global_scale, bias)
     assert torch.isfinite(y).all(), f"{what}: non-finite outputs"
-    excess = (y.to(torch.float64) - y64).abs() - (_half_spacing(y) + err)
+    excess = (y.to(torch.float64) - y64).abs() - (qt.rounding_slack(y) + err)
     bad = excess > 0
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.numel()} outputs beyond the float64 bound, "
                            f"worst excess {float(excess.max()):.3g}")

@@ -1,8 +1,8 @@
 // Host side of fp8_block_linear: check inputs -> launch the skinny kernel (1..32 rows). More rows
 // take one of three strategies (QWEN38_FP8_PREFILL, KNOBS.md):
-//   mma      (only when asked for; not yet timed on a GPU) the tensor-core kernel of
-//            fp8_prefill_kernel.cu: the contract's block arithmetic in 128 x 128 tiles, within the
-//            float64 bound, no row invariance against the 1..32-row kernels.
+//   mma      the tensor-core kernel of fp8_prefill_kernel.cu: the contract's block arithmetic in
+//            128 x 128 tiles (bf16 or fp16 x), within the float64 bound, each row independent of
+//            the others, not bit-identical to the 1..32-row kernels.
 //   chunked  the skinny kernel on 32-row slices: each row bit-identical to its 1-row call; the
 //            weight is read once per slice.
 //   dequant  (bf16 x, a build with cuBLASLt) the weight split once into three bf16 terms whose sum
@@ -11,7 +11,7 @@
 //            products summed in fp32 in cuBLAS's order - within the float64 bound, no row
 //            invariance. N is taken in slices whose three terms fit kSplitBytes; the fp32
 //            accumulator is y itself for fp32 output, else at most kAccBytes of rows at a time.
-//   auto     dequant from kDequantRows rows on (bf16 x with cuBLASLt), else chunked.
+//   auto     chunked up to 64 rows, mma from kMmaRows (65) rows on; dequant only when asked for.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -43,12 +43,14 @@ constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of 
 constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
 constexpr int64_t kMinGemmRows = 256;
 
-// Rows from which "auto" takes the dequant strategy (bf16 x). Measured on the H200 (session 10,
-// benchmarks/results/h200/fp8.md, 34816x5120): chunked 214.7 / 1805 us at 64 / 512 rows (~3.5 us a
-// row: the skinny kernel at 32 rows, 107 us), dequant 657 / 1190 us (~580 us for the weight split
-// plus ~1.2 us a row for the three GEMMs): even at ~260 rows. Both costs scale with N x K, so the
-// crossover is about the same for every shape.
-constexpr int64_t kDequantRows = 256;
+// Rows from which "auto" takes the mma strategy. Measured on the H200 (session 11,
+// benchmarks/results/h200/fp8.md, 34816x5120): mma 255.7 / 783.8 us at 64 / 512 rows (a 128-row
+// tile costs about the same at 64 rows as at 128), chunked 215.0 / 1808 us (the skinny kernel at 32
+// rows, ~107 us a slice), dequant 659.8 / 1178 us. At 64 rows chunked is faster (two slices); at 65
+// a third slice (+~57 us at 1 row) puts it above one mma row tile, and every further slice widens
+// the gap. Both costs scale with N x K, so the crossover is about the same for every shape. dequant
+// is slower than mma at both row counts measured and is kept for A/B timing only.
+constexpr int64_t kMmaRows = 65;
 
 #if QWEN38_HAVE_CUBLASLT
 // D[m, nn] (fp32, row stride ldd) = x[m, K] t[nn, K]^T + beta D (beta 0 or 1): one cuBLASLt matmul
@@ -183,7 +185,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   if (m > kSkinnyMaxRows) {
     const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL", true);
-    if (mode == Prefill::kMma) {
+    if (mode == Prefill::kMma || (mode == Prefill::kAuto && m >= kMmaRows)) {
       p.m = m;
       check_launch(kOp, launch_fp8_prefill(act_of(x), p, pdl, stream), x);
       return y;
@@ -191,12 +193,10 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
     TORCH_CHECK_VALUE(mode != Prefill::kDequant || dequant_serves(x), "qwen38.", kOp,
                       ": QWEN38_FP8_PREFILL=dequant serves bfloat16 x in a build with cuBLASLt; got x of dtype ",
                       dtype_name(x.scalar_type()), " (use auto or chunked)");
-    const bool dequant = mode == Prefill::kDequant ||
-                         (mode == Prefill::kAuto && dequant_serves(x) && m >= kDequantRows);
-    if (dequant && run_dequant(x, x_stride, w, w_scale_inv, bias, bias_dtype, y, od, m, n, k, stream)) return y;
+    if (mode == Prefill::kDequant && run_dequant(x, x_stride, w, w_scale_inv, bias, bias_dtype, y, od, m, n, k, stream)) return y;
   }
-  // More than 32 rows: the skinny kernel on 32-row slices (each row still bit-identical to its
-  // 1-row call; the weight is read once per slice: no tensor-core prefill path yet).
+  // 33..64 rows (auto) or chunked: the skinny kernel on 32-row slices (each row still bit-identical
+  // to its 1-row call; the weight is read once per slice).
   const int64_t x_es = x.element_size(), y_es = od == at::kFloat ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);
   char* y0 = static_cast<char*>(p.y);

@@ -20,10 +20,10 @@ def fp8_block_linear(x: torch.Tensor, w: FP8BlockWeight | torch.Tensor, w_scale_
     Either ``fp8_block_linear(x, w: FP8BlockWeight, bias=..., out_dtype=...)`` or the raw tensors
     ``fp8_block_linear(x, weight, weight_scale_inv, ...)``. x bf16/fp16 [..., K]; returns [..., N].
     The CUDA path serves 1..32 rows (decode and verify) in one launch, each row bit-identical to its
-    1-row call. More rows (QWEN38_FP8_PREFILL, KNOBS.md): 32-row slices of the same kernel (the same
-    row invariance), or, for bf16 x from 256 rows, the weight split into three bf16 terms (exactly
-    fp32(e4m3 * scale)) and three cuBLAS GEMMs into one fp32 sum (within the reference's float64
-    bound, not row-invariant).
+    1-row call. More rows (QWEN38_FP8_PREFILL, KNOBS.md): up to 64 rows, 32-row slices of the same
+    kernel (the same row invariance); from 65 rows a tensor-core kernel in 128 x 128 tiles with the
+    same block arithmetic (within the reference's float64 bound; each row independent of the other
+    rows, not bit-identical to the 1..32-row kernels).
     """
     if isinstance(w, FP8BlockWeight):
         if w_scale_inv is not None:
