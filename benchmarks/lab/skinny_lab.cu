@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include "lab_common.cuh"
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_kernel.cuh"
@@ -329,6 +332,189 @@ __global__ void __launch_bounds__(32 * KS, MINB) cand_kernel(const LabParams p) 
   }
 }
 
+
+// ---- the bulk-fed candidate: weights through per-warp rings of cp.async.bulk copies ------------
+// The register-stream kernel's arithmetic, k split and per-thread words exactly (so its bits), but
+// each warp's weight rows reach shared memory through bulk copies (one lane a row, 64 C bytes a
+// copy = C steps) into a ring of D stages with one mbarrier each; the warp reads its 16 bytes a
+// tile and step back with one LDS.128. Bytes in flight cost no registers. The stage's row stride
+// is 64 C: with C odd it is 64 mod 128, so the 8 lanes of an LDS.128 phase (rows g, g + 1, t 0..3)
+// hit 8 different 16-byte bank groups. Scales and activations as the stream kernel (registers).
+// MODE 0: waits + LDS only (XOR-folded): the feed alone; MODE 2: the whole kernel.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tensor_copy(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+
+template <int K, int KS, int NT, int C, int D>
+constexpr int bulk_smem() { return KS * D * 8 * NT * 64 * C; }
+
+template <int MODE, int K, int KS, int NT, int MT, int C, int D, int MINB, int TM>
+__global__ void __launch_bounds__(32 * KS, MINB) bulk_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap map) {
+  using PD = nvfp4::PairDecode<bf16>;
+  constexpr int kSteps = K / kStepK, kSW = kSteps / KS;
+  constexpr int kRowB = K / 2, kRowS = K / 16;
+  constexpr int kRows = 8 * NT, kStride = 64 * C, kStage = kRows * kStride;
+  constexpr int kChunks = (kSW + C - 1) / C;
+  constexpr int kSD = 2;  // scale registers ahead
+  static_assert(kSteps % KS == 0 && kRows <= 32 && (C % 2 == 1));
+  extern __shared__ __align__(128) uint8_t ring_smem[];
+  __shared__ float partial[KS][MT * 16][8];
+  __shared__ __align__(8) uint64_t bars[KS][D];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nb = int64_t(blockIdx.x) * kRows;
+  const int s0 = warp * kSW;
+  const uint32_t ring = smem_addr(ring_smem) + uint32_t(warp * D * kStage);
+  const uint32_t bar0 = smem_addr(&bars[warp][0]);
+  if (lane == 0)
+    for (int d = 0; d < D; ++d) mbar_init(bar0 + 8 * d, 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncwarp();
+  const uint8_t* __restrict__ wrow = p.w + (nb + lane) * kRowB + 64 * s0;  // lane = row (lane < kRows)
+  auto issue = [&](int j) {
+    const int st = j % D;
+    const int steps = kSW - j * C < C ? kSW - j * C : C;
+    const uint32_t bytes = uint32_t(64 * steps);
+    if constexpr (TM) {  // one 2-D box of the weight tensor (uint16 elements): kRows rows x 64 C bytes
+      if (lane == 0) {
+        mbar_expect(bar0 + 8 * st, uint32_t(kStage));
+        tensor_copy(ring + st * kStage, &map, 32 * (s0 + C * j), int(nb), bar0 + 8 * st);
+      }
+    } else {
+      if (lane == 0) mbar_expect(bar0 + 8 * st, bytes * kRows);
+      __syncwarp();
+      if (lane < kRows) bulk_copy(ring + st * kStage + lane * kStride, wrow + 64 * C * j, bytes, bar0 + 8 * st);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < D && j < kChunks; ++j) issue(j);
+
+  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
+  constexpr int kH = 2 * MT;
+  const bf16* xr[kH];
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
+  uint32_t sb[kSD][NT];
+#pragma unroll
+  for (int d = 0; d < kSD; ++d)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * d);
+  pdl_wait();
+  pdl_allow();
+
+  float acc[NT][MT][4];
+  stream::zero_fill(acc);
+  uint32_t fold = 0;
+  // steps in runtime order, unrolled by two (the scale registers' parity); chunk j = ss / C waits
+  // for its stage at its first step and hands the stage back (refill with chunk j + D) after its last
+  for (int s = 0; s < kSW; s += kSD) {
+#pragma unroll
+    for (int d = 0; d < kSD; ++d) {
+      const int ss = s + d;
+      if (kSW % kSD != 0 && ss >= kSW) break;
+      const int j = ss / C, c = ss - j * C, st = j % D;
+      if (c == 0) mbar_wait(bar0 + 8 * st, (j / D) & 1);
+      const uint32_t base = ring + st * kStage + g * kStride + 16 * t + 64 * c;
+      uint4 wq[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) wq[nt] = lds128(base + nt * 8 * kStride);
+      if constexpr (MODE == 0) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) fold ^= wq[nt].x ^ wq[nt].y ^ wq[nt].z ^ wq[nt].w;
+      } else {
+        uint32_t sc[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) sc[nt] = sb[d][nt];
+        if (ss + kSD < kSW) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kSD));
+        }
+        typename PD::T2 s2[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
+          s2[nt][0] = PD::scale(__low2half(sh));
+          s2[nt][1] = PD::scale(__high2half(sh));
+        }
+        uint4 xn[kH];
+#pragma unroll
+        for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint4 xc[kH];
+#pragma unroll
+          for (int h = 0; h < kH; ++h) xc[h] = xn[h];
+          if (q < 3) {
+#pragma unroll
+            for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
+          }
+          uint32_t af[MT][2][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const uint4 v = xc[2 * mt + hh];
+              af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
+              af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
+              af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
+              af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
+            }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
+            uint32_t b[4];
+            nvfp4::decode_word<bf16>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) mma_16816<bf16>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
+          }
+        }
+      }
+      if (c == C - 1 || ss == kSW - 1) {
+        __syncwarp();
+        if (j + D < kChunks) issue(j + D);
+      }
+    }
+  }
+  if constexpr (MODE == 0) {
+    if (fold == 0x12345678u) static_cast<bf16*>(p.y)[0] = bf16(0.f);
+    return;
+  } else {
+    const float gscale = *p.global;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      reduce_and_store<MT, KS>(partial, acc[nt], warp, g, t, nvfp4::kPairUnscale, gscale, nullptr, 0, p.y, 0, p.m,
+                               p.n, nb + 8 * nt);
+  }
+}
+
 // ---- cases -------------------------------------------------------------------------------------
 struct Case {
   int n, k, m;
@@ -351,9 +537,9 @@ Case make_case(int n, int k, int m, size_t l2) {
     c.w.push_back(static_cast<uint8_t*>(dalloc(size_t(n) * k / 2, 17 + i, 0)));
     c.s.push_back(static_cast<uint8_t*>(dalloc(size_t(n) * k / 16, 71 + i, 1)));
   }
-  c.x = static_cast<bf16*>(dalloc(size_t(16) * k * 2, 5, 2));
+  c.x = static_cast<bf16*>(dalloc(size_t(32) * k * 2, 5, 2));
   c.zeros = static_cast<bf16*>(dalloc(size_t(k) * 2, 0, 3));
-  c.y = static_cast<bf16*>(dalloc(size_t(16) * n * 2, 0, 3));
+  c.y = static_cast<bf16*>(dalloc(size_t(32) * n * 2, 0, 3));
   CK(cudaMalloc(&c.global, 4));
   const float gs = 0.5f;
   CK(cudaMemcpy(c.global, &gs, 4, cudaMemcpyHostToDevice));
@@ -503,6 +689,73 @@ void run_cand(Case& c, const std::vector<uint8_t>& ref) {
   report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, bits);
 }
 
+
+PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
+
+// the weight tensor [N, K/2] bytes as uint16 elements [N, K/4], boxes of rows x 32 C elements
+CUtensorMap weight_map(const uint8_t* w, int n, int k, int rows, int c) {
+  if (g_encode == nullptr) {
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_encode), 12000,
+                                        cudaEnableDefault, &q));
+  }
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(k / 4), cuuint64_t(n)};
+  const cuuint64_t strides[1] = {cuuint64_t(k / 2)};
+  const cuuint32_t box[2] = {cuuint32_t(32 * c), cuuint32_t(rows)};
+  const cuuint32_t es[2] = {1, 1};
+  const CUresult r = g_encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint8_t*>(w), dims, strides, box, es,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", int(r));
+    std::exit(1);
+  }
+  return m;
+}
+
+template <int MODE, int K, int KS, int NT, int MT, int C, int D, int MINB, int TM = 1>
+void run_bulk(Case& c, const std::vector<uint8_t>& ref) {
+  if (c.k != K || c.n % (8 * NT) != 0 || (MT == 1 && c.m > 16)) return;
+  auto kernel = bulk_kernel<MODE, K, KS, NT, MT, C, D, MINB, TM>;
+  std::vector<CUtensorMap> maps;
+  for (int i = 0; i < c.copies; ++i) maps.push_back(weight_map(c.w[i], c.n, c.k, 8 * NT, C));
+  constexpr int smem = bulk_smem<K, KS, NT, C, D>();
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  Nvfp4Params base;
+  base.x = c.x;
+  base.global = c.global;
+  base.y = c.y;
+  base.m = c.m;
+  base.n = c.n;
+  base.k = c.k;
+  base.x_stride = c.k;
+  const unsigned grid = unsigned(c.n / (8 * NT));
+  CK(cudaMemset(c.y, 0, size_t(c.m) * c.n * 2));
+  auto launch = [&](int i, cudaStream_t s) {
+    Nvfp4Params p = base;
+    p.w = c.w[i % c.copies];
+    p.scale = c.s[i % c.copies];
+    kernel<<<grid, 32 * KS, smem, s>>>(p, maps[i % c.copies]);
+  };
+  const float us = time_graph(std::max(4 * c.copies, 24), launch);
+  CK(cudaGetLastError());
+  const char* bits = "-";
+  if (MODE == 2) {
+    launch(0, 0);
+    CK(cudaDeviceSynchronize());
+    bits = read_y(c) == ref ? "same bits" : "BITS DIFFER";
+  }
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KS, smem));
+  cudaFuncAttributes fa{};
+  CK(cudaFuncGetAttributes(&fa, kernel));
+  char label[96];
+  std::snprintf(label, sizeof label, "%s %s ks%d nt%d mt%d C%d D%d (%d KB) minb%d", TM ? "tmap" : "bulk",
+                MODE == 0 ? "loads" : "full", KS, NT, MT, C, D, smem >> 10, MINB);
+  report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, bits);
+}
+
 // One case of a mode: make it, print its header, run `body(c, ref)` (the first full run writes
 // the bits reference), free it.
 template <typename F>
@@ -540,6 +793,58 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> ref;
     run_landed<2, 4>(c, ref);
     run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "bulkone") == 0) {  // for ncu: the stream kernel and one bulk form
+    Case c = make_case(34816, 5120, 1, l2);
+    std::vector<uint8_t> ref;
+    run_landed<4, 4>(c, ref);
+    run_stream<5120, 4, 4>(c, ref);
+    run_bulk<2, 5120, 4, 4, 1, 1, 6, 3>(c, ref);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "bulk") == 0) {
+    // session 11: the bulk-fed candidate (the stream kernel's bits) against the stream kernel, at
+    // the tables' variants. Per-lane row copies (bulk, TM 0) cost a uniform-register loop a copy
+    // (skinny_lab_8); one tensor-map box a chunk (tmap) is one instruction.
+    for (int m : {1, 16})
+      with_case(34816, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<4, 4>(c, ref);
+        run_stream<5120, 4, 4>(c, ref);
+        run_bulk<0, 5120, 4, 4, 1, 5, 2, 1>(c, ref);
+        run_bulk<0, 5120, 4, 4, 1, 1, 4, 1>(c, ref);
+        run_bulk<0, 5120, 4, 4, 1, 1, 8, 1>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 5, 2, 2>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 1, 4, 3>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 1, 6, 3>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 1, 8, 2>(c, ref);
+        run_bulk<2, 5120, 4, 2, 1, 5, 2, 4>(c, ref);
+        run_bulk<2, 5120, 4, 2, 1, 1, 8, 4>(c, ref);
+        run_bulk<2, 5120, 2, 4, 1, 5, 2, 5>(c, ref);
+        run_bulk<2, 5120, 2, 4, 1, 1, 8, 4>(c, ref);
+      });
+    with_case(34816, 5120, 32, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+      run_landed<4, 4>(c, ref);
+      run_bulk<2, 5120, 4, 4, 2, 5, 2, 2>(c, ref);
+      run_bulk<2, 5120, 4, 4, 2, 1, 6, 2>(c, ref);
+      run_bulk<2, 5120, 4, 4, 2, 1, 8, 2>(c, ref);
+    });
+    for (int m : {1, 16})
+      with_case(5120, 17408, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<8, 4>(c, ref);
+        run_stream<17408, 8, 4>(c, ref);
+        run_bulk<2, 17408, 8, 4, 1, 1, 4, 1>(c, ref);
+        run_bulk<2, 17408, 8, 2, 1, 1, 6, 2>(c, ref);
+        run_bulk<2, 17408, 8, 2, 1, 1, 8, 2>(c, ref);
+      });
+    for (int m : {1, 16})
+      with_case(12288, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<4, 4>(c, ref);
+        run_stream<5120, 4, 4>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 5, 2, 2>(c, ref);
+        run_bulk<2, 5120, 4, 4, 1, 1, 6, 3>(c, ref);
+        run_bulk<2, 5120, 4, 2, 1, 1, 8, 4>(c, ref);
+      });
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "pattern") == 0) {

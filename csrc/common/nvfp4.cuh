@@ -130,9 +130,18 @@ template <int I>
 __host__ __device__ __forceinline__ uint32_t pair_raw_f16(uint32_t w) {
   return (shl<9 - 4 * I>(w) & 0x0E000E00u) | (shl<12 - 4 * I>(w) & 0x80008000u);
 }
+// bf16: (shl<6 - 4I>(w) & 0x01C001C0) | (shl<12 - 4I>(w) & 0x80008000), computed as one mask, one
+// multiply and one mask: the pair's two nibbles (one in each half) times 2^a + 2^(a+6) put their
+// magnitude bits at 6..8 and their sign at 15 (of each half) from two copies that share no bit
+// position (a + 3 < a + 6), so the sum carries nothing; pairs 2, 3 share one shift of the word.
+// Equal to the two-shift form for all 2^32 words (checked exhaustively on the host); 3 instructions
+// a pair instead of 4.
 template <int I>
 __host__ __device__ __forceinline__ uint32_t pair_raw_bf16(uint32_t w) {
-  return (shl<6 - 4 * I>(w) & 0x01C001C0u) | (shl<12 - 4 * I>(w) & 0x80008000u);
+  const uint32_t v = I >= 2 ? w >> 8 : w;
+  constexpr uint32_t kNibbles = I % 2 == 0 ? 0x000F000Fu : 0x00F000F0u;
+  constexpr uint32_t kCopies = I % 2 == 0 ? (1u << 6) + (1u << 12) : (1u << 2) + (1u << 8);
+  return ((v & kNibbles) * kCopies) & 0x81C081C0u;
 }
 
 // One e4m3 block scale (as fp16, exact) -> the pair multiplier of PairDecode<T>.
