@@ -613,10 +613,20 @@ void run_landed(Case& c, std::vector<uint8_t>& ref) {
 }
 
 // the register-stream kernel as the extension builds it
-template <int K, int KS, int NT>
+// BPS > 0: at most BPS blocks per SM, through a dynamic shared-memory pad (same code, same bits)
+template <int K, int KS, int NT, int BPS = 0>
 void run_stream(Case& c, const std::vector<uint8_t>& ref) {
   if (c.k != K || c.n % (8 * NT) != 0 || c.m > 16) return;
   auto kernel = nvfp4_stream_kernel<bf16, K, KS, NT, 1>;
+  cudaFuncAttributes fa0{};
+  CK(cudaFuncGetAttributes(&fa0, kernel));
+  int pad = 0;
+  if (BPS > 0) {
+    int per_sm_smem = 0;
+    CK(cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    pad = per_sm_smem / (BPS + 1) - int(fa0.sharedSizeBytes) - 1024 + 256;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+  }
   Nvfp4Params base;
   base.x = c.x;
   base.global = c.global;
@@ -631,18 +641,18 @@ void run_stream(Case& c, const std::vector<uint8_t>& ref) {
     Nvfp4Params p = base;
     p.w = c.w[i % c.copies];
     p.scale = c.s[i % c.copies];
-    kernel<<<grid, 32 * KS, 0, s>>>(p);
+    kernel<<<grid, 32 * KS, pad, s>>>(p);
   };
   const float us = time_graph(std::max(4 * c.copies, 24), launch);
   CK(cudaGetLastError());
   launch(0, 0);
   CK(cudaDeviceSynchronize());
   int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KS, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KS, pad));
   cudaFuncAttributes fa{};
   CK(cudaFuncGetAttributes(&fa, kernel));
   char label[64];
-  std::snprintf(label, sizeof label, "stream (extension) ks%d nt%d", KS, NT);
+  std::snprintf(label, sizeof label, "stream (extension) ks%d nt%d%s", KS, NT, BPS ? " capped" : "");
   report(c, label, us, fa.numRegs, per_sm, 32 * KS, grid, read_y(c) == ref ? "same bits" : "BITS DIFFER");
 }
 
@@ -793,6 +803,19 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> ref;
     run_landed<2, 4>(c, ref);
     run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "bps") == 0) {
+    // session 11: the stream kernel (128 registers since the multiply decode: up to 4 blocks of
+    // 128 threads per SM) capped at 4 / 3 / 2 blocks per SM, K = 5120 shapes at 1 and 16 rows
+    for (int n : {34816, 17408, 16384, 14336, 12288, 10240, 6144})
+      for (int m : {1, 16})
+        with_case(n, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+          run_landed<4, 4>(c, ref);
+          run_stream<5120, 4, 4>(c, ref);
+          run_stream<5120, 4, 4, 3>(c, ref);
+          run_stream<5120, 4, 4, 2>(c, ref);
+        });
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "bulkone") == 0) {  // for ncu: the stream kernel and one bulk form
