@@ -135,17 +135,19 @@ def test_wrapper_bias():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", [(200, 272), (384, 5120)])
 def test_more_than_32_rows_in_slices(n, k):
-    """33..200 rows (32-row slices of the skinny kernel): every row bit-identical to its 1-row call,
-    with bias and fp32 output, from a strided x (the float64 bound: test_accuracy_within_...)."""
+    """32-row slices of the skinny kernel (auto at 33..64 rows, QWEN38_FP8_PREFILL=chunked at any row
+    count): every row bit-identical to its 1-row call, with bias and fp32 output, from a strided x
+    (the float64 bound: test_accuracy_within_...)."""
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
     x = qt.randn_nonzero(200, k + 32, device="cuda", seed=6)[:, :k]
-    for rows in (33, 64, 65, 200):
+    for rows, strategy in ((33, "auto"), (64, "auto"), (65, "chunked"), (200, "chunked")):
         for extra in ((None, None), (bias, torch.float32)):
-            y = _call(x[:rows], w, *extra)
+            with q.knobs.override(QWEN38_FP8_PREFILL=strategy):
+                y = _call(x[:rows], w, *extra)
             assert y.shape == (rows, n)
             for r in (0, 31, 32, rows - 1):
-                qt.assert_bitwise_equal(y[r:r + 1], _call(x[r:r + 1], w, *extra), f"{rows} rows: row {r}")
+                qt.assert_bitwise_equal(y[r:r + 1], _call(x[r:r + 1], w, *extra), f"{rows} rows ({strategy}): row {r}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
