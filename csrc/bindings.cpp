@@ -122,20 +122,22 @@ qwen38::gemm::SkinnyOp skinny_op(const std::string& op) {
   throw pybind11::value_error("qwen38: op must be 'nvfp4_linear' or 'fp8_block_linear', got '" + op + "'");
 }
 
-void set_skinny_variant(const std::string& op, int64_t n, int64_t k, int ksplit, int nt_narrow, int nt_wide) {
-  const qwen38::gemm::SkinnyVariant v{ksplit, nt_narrow, nt_wide};
+void set_skinny_variant(const std::string& op, int64_t n, int64_t k, int ksplit, int nt_narrow, int nt_wide,
+                        int64_t prefill_rows) {
+  const qwen38::gemm::SkinnyVariant v{ksplit, nt_narrow, nt_wide, prefill_rows};
   if (n <= 0 || k <= 0) throw pybind11::value_error("qwen38.set_skinny_variant: n and k must be positive");
   if (!qwen38::gemm::skinny_variant_valid(v))
-    throw pybind11::value_error("qwen38.set_skinny_variant: ksplit must be 1, 2, 4 or 8, nt_narrow 1, 2 or 4 "
-                                "and nt_wide 1, 2 or 4; got " + std::to_string(ksplit) + ", " +
-                                std::to_string(nt_narrow) + ", " + std::to_string(nt_wide));
+    throw pybind11::value_error("qwen38.set_skinny_variant: ksplit must be 1, 2, 4 or 8, nt_narrow 1, 2 or 4, "
+                                "nt_wide 1, 2 or 4 and prefill_rows 0 or more than 32; got " +
+                                std::to_string(ksplit) + ", " + std::to_string(nt_narrow) + ", " +
+                                std::to_string(nt_wide) + ", " + std::to_string(prefill_rows));
   qwen38::gemm::set_skinny_variant(skinny_op(op), n, k, v);
 }
 
 pybind11::tuple skinny_variant(const std::string& op, int64_t n, int64_t k) {
   bool from_table = false;
   const auto v = qwen38::gemm::lookup_skinny_variant(skinny_op(op), n, k, &from_table);
-  return pybind11::make_tuple(v.ksplit, v.nt_narrow, v.nt_wide, from_table);
+  return pybind11::make_tuple(v.ksplit, v.nt_narrow, v.nt_wide, v.prefill_rows, from_table);
 }
 
 pybind11::tuple skinny_default_variant(int64_t n, int64_t k) {
@@ -152,12 +154,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "string when this build cannot run there");
   m.def("set_skinny_variant", &set_skinny_variant, pybind11::arg("op"), pybind11::arg("n"), pybind11::arg("k"),
         pybind11::arg("ksplit"), pybind11::arg("nt_narrow"), pybind11::arg("nt_wide"),
+        pybind11::arg("prefill_rows") = 0,
         "Registers the launch variant of a skinny kernel (nvfp4_linear, fp8_block_linear) for weight "
-        "shape (n, k); the tile tables call this at import (qwen38_kernels/tables.py)");
+        "shape (n, k), with the row count from which auto takes the op's prefill strategy (0: the "
+        "op's rule); the tile tables call this at import (qwen38_kernels/tables.py)");
   m.def("clear_skinny_variants", [](const std::string& op) { qwen38::gemm::clear_skinny_variants(skinny_op(op)); },
         "Drops every registered variant of op (shapes then use the default rule)");
   m.def("skinny_variant", &skinny_variant,
-        "(ksplit, nt_narrow, nt_wide, from_table): the variant a call with weight shape (n, k) uses");
+        "(ksplit, nt_narrow, nt_wide, prefill_rows, from_table): the variant a call with weight shape "
+        "(n, k) uses (prefill_rows 0: the op's built-in rule)");
   m.def("skinny_default_variant", &skinny_default_variant,
         "(ksplit, nt_narrow, nt_wide) of the default rule for weight shape (n, k)");
 }

@@ -50,11 +50,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight is read "
          "once per 32 rows); dequant: dequantize once to x's dtype (exact) + one fp32-output cuBLAS GEMM "
          "+ epilogue (within the float64 bound, no row invariance, N*K*2 bytes of temporary weight); "
-         "auto: dequant from a row threshold that depends on (N, K) only (csrc/gemm/nvfp4_linear.cpp, "
-         "nvfp4_prefill_dequant_rows), chunked below it."),
+         "auto: dequant from a row threshold that depends on the weight shape only: the tile table's "
+         "prefill_rows for (N, K) (the sweep's measured crossover), else the built-in rule "
+         "(csrc/gemm/nvfp4_linear.cpp, nvfp4_prefill_dequant_rows); chunked below it."),
     Knob("QWEN38_NVFP4_PREFILL_ROWS", "",
-         "Empty: the built-in threshold of QWEN38_NVFP4_PREFILL=auto; a positive integer R: auto takes "
-         "the dequant strategy from R rows on, for every weight shape (tuning without a rebuild)."),
+         "Empty: the threshold of QWEN38_NVFP4_PREFILL=auto from the tile table or the built-in rule; a "
+         "positive integer R: auto takes the dequant strategy from R rows on, for every weight shape "
+         "(tuning without a rebuild)."),
     Knob("QWEN38_NVFP4_PREFILL_LT", "1",
          "1 (default): the dequant strategy of the NVFP4 prefill runs one cuBLASLt matmul with the global scale as its alpha (read from device memory) and the bias in its epilogue (fp32, one rounding to the output dtype), where cuBLASLt offers an algorithm for the dtypes and the build found cuBLASLt; 0: the fp32-output GEMM chunks and the epilogue kernel. Both are within the float64 bound; neither is row-invariant (the dequant strategy never is)."),
     Knob("QWEN38_NVFP4_DEPTH", "",
@@ -64,7 +66,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_STREAM", "1",
          "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at every row count; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
-         "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in 128 x 128 tiles (bf16 or fp16 x; within the float64 bound, each row independent of the others, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): chunked up to 64 rows, mma from 65 (the crossover measured on the H200; csrc/gemm/fp8_block_linear.cpp, kMmaRows)."),
+         "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in 128 x 128 tiles (bf16 or fp16 x; within the float64 bound, each row independent of the others, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 65 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: the crossover measured on 34816x5120 on the H200); chunked below."),
     Knob("QWEN38_FP8_STREAM", "1",
          "1 (default): the FP8 block skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4; 17..32 rows with a second m16 tile); narrow: the stream kernel at 1..16 rows only, the skinny kernel at 17..32; 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",

@@ -6,7 +6,11 @@
 For every weight shape of Qwen3.8-27B (``qwen38_kernels.shapes``) the sweep times the compiled
 variants (k split x 8-row tiles per warp) on the current GPU at 1 and 16 rows (the 1..16-row table)
 and 17 and 32 rows (the 17..32-row table), and keeps only variants whose output is bit-identical to
-the default variant's at every row count 1..32. It writes ``<out>/<arch>/<table>.json`` with
+the default variant's at every row count 1..32. Then, with the chosen variant, it times the op's two
+ways past 32 rows - 32-row slices of the skinny kernel, and the prefill strategy (NVFP4: dequantize
++ one GEMM; FP8: the tensor-core kernel) - at a few row counts and records per shape the row count
+from which the prefill strategy is faster at every larger count measured (``prefill_rows``: the
+threshold the op's auto choice takes from the table). It writes ``<out>/<arch>/<table>.json`` with
 provenance (device, date, torch, metric) and the times it measured, showing progress as it goes.
 
 ``--analytic ARCH`` writes tables for a GPU that is not here (the GB10, sm_121: 48 SMs, 99 KB of
@@ -35,6 +39,9 @@ TABLE_DOC = {
 REGEN = "Regenerate: python -m qwen38_kernels.sweep --op {op} --out tables (on the GPU of <arch>)"
 REGEN_ANALYTIC = "Regenerate: python -m qwen38_kernels.sweep --analytic {arch} --out tables"
 NT_CHOICES = (1, 2, 4)
+PREFILL_ROWS = (48, 64, 65, 96, 128, 256)  # row counts the crossover is measured at (--quick: QUICK_PREFILL_ROWS)
+QUICK_PREFILL_ROWS = (64, 65, 128)
+PREFILL_KNOB = {"nvfp4_linear": ("QWEN38_NVFP4_PREFILL", "dequant"), "fp8_block_linear": ("QWEN38_FP8_PREFILL", "mma")}
 
 
 def _variant(ks: int, nt: int) -> str:
@@ -115,6 +122,41 @@ def sweep_shape(op: str, n: int, k: int, quick: bool = False) -> dict:
     return {"narrow": narrow, "wide": wide, "default": (ks0, ntn0, ntw0), "candidates": cands}
 
 
+def crossover(us: dict[int, dict[str, float]], strategy: str) -> int:
+    """The smallest measured row count from which ``strategy`` beats "chunked" at every larger measured
+    count; one past the largest when it loses there (the slices stay the choice as far as measured)."""
+    rows = sorted(us)
+    first = rows[-1] + 1
+    for r in reversed(rows):
+        if us[r][strategy] < us[r]["chunked"]:
+            first = r
+        else:
+            break
+    return first
+
+
+def sweep_prefill(op: str, n: int, k: int, variant: tuple[int, int, int], quick: bool = False) -> dict:
+    """With ``variant`` registered: {"prefill_rows": crossover, "us": {rows: {"chunked": us,
+    strategy: us}}} for one shape."""
+    from . import _C, knobs
+    fn = _call(op)
+    weights = make_weights(op, n, k)
+    rows = QUICK_PREFILL_ROWS if quick else PREFILL_ROWS
+    x = torch.randn(max(rows), k, device="cuda", dtype=torch.bfloat16)
+    knob, strategy = PREFILL_KNOB[op]
+    _C.set_skinny_variant(op, n, k, *variant)
+    us = {}
+    try:
+        for m in rows:
+            us[m] = {}
+            for s in ("chunked", strategy):
+                with knobs.override(**{knob: s}):
+                    us[m][s] = round(_time(fn, op, n, k, m, weights, x), 3)
+    finally:
+        _C.clear_skinny_variants(op)
+    return {"prefill_rows": crossover(us, strategy), "us": us}
+
+
 def _provenance(analytic: bool, metric: str) -> dict:
     from . import bench
     prov = {"tool": "python -m qwen38_kernels.sweep", "date": datetime.date.today().isoformat(),
@@ -141,10 +183,13 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     metric = ("graph-timed us per call (cold weights, rotating copies) at 1 and 16 rows (narrow), 17 and 32 "
-              "rows (wide); only variants bit-identical to the default at every row count 1..32")
-    results = {}
+              "rows (wide); only variants bit-identical to the default at every row count 1..32; prefill_rows: "
+              "from which measured row count the prefill strategy beats 32-row slices at every larger one")
+    results, prefill = {}, {}
     for s in bench.progress(_shapes.WEIGHT_SHAPES, desc=f"sweep {op}", total=len(_shapes.WEIGHT_SHAPES)):
-        results[s] = sweep_shape(op, s.n, s.k, quick)
+        results[s] = r = sweep_shape(op, s.n, s.k, quick)
+        ks, ntn = tables.parse_variant(r["narrow"])
+        prefill[s] = sweep_prefill(op, s.n, s.k, (ks, ntn, tables.parse_variant(r["wide"])[1]), quick)
     prov = _provenance(False, metric)
     narrow, wide = {}, {}
     for s, r in results.items():
@@ -152,7 +197,8 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
         c = r["candidates"]
         narrow[key] = {"variant": r["narrow"], "label": s.label,
                        "us": {v: e["us"] for v, e in c.items() if e["bit_identical"]},
-                       "rejected": sorted(v for v, e in c.items() if not e["bit_identical"])}
+                       "rejected": sorted(v for v, e in c.items() if not e["bit_identical"]),
+                       "prefill_rows": prefill[s]["prefill_rows"], "prefill_us": prefill[s]["us"]}
         wide[key] = {"variant": r["wide"], "label": s.label}
     d = "rule: skinny_default_variant(N, K)"
     if op == "nvfp4_linear":

@@ -79,6 +79,7 @@ def validate(table: dict, where: str = "table") -> None:
             bad(f"entry key {key!r} is not \"N,K\" (weight shape; tables are never keyed by rows)")
         if not isinstance(entry, dict) or not isinstance(entry.get("variant"), str):
             bad(f"entry {key} must be an object with a variant name")
+        parse_prefill_rows(entry, f"{where}: entry {key}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,7 +117,11 @@ def lookup(arch: str, op: str, n: int, k: int) -> dict:
 # nvfp4_skinny.json (1..16 rows) and nvfp4_skinny_wide.json (17..32 rows) hold variants
 # "ks<K>_nt<T>": K warps split each weight row's k range (fixes the fp32 sum order: the two tables
 # must agree on it for every shape), T 8-row tiles per warp (no effect on any sum). fp8_block.json
-# holds "variant" (1..16 rows) and "variant_wide" (17..32 rows) per shape.
+# holds "variant" (1..16 rows) and "variant_wide" (17..32 rows) per shape. An entry of nvfp4_skinny.json
+# or fp8_block.json may hold "prefill_rows": the row count (more than 32) from which the op's auto
+# prefill choice leaves the 32-row slices of the skinny kernel for its prefill strategy (NVFP4:
+# dequantize + one GEMM; FP8: the tensor-core kernel), measured per shape by the sweep; without it the
+# op's built-in rule decides.
 _VARIANT = re.compile(r"^ks(1|2|4|8)_nt(1|2|4)$")
 SKINNY_TABLES = {"nvfp4_linear": ("nvfp4_skinny", "nvfp4_skinny_wide"), "fp8_block_linear": ("fp8_block", None)}
 
@@ -129,8 +134,18 @@ def parse_variant(name: str, where: str = "variant") -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int, int]]:
-    """{(N, K): (ksplit, nt_narrow, nt_wide)} from the tables of ``op`` for ``arch`` (empty when none)."""
+def parse_prefill_rows(entry: dict, where: str) -> int:
+    """An entry's "prefill_rows" (an int above 32), or 0 when it has none; TableError otherwise."""
+    rows = entry.get("prefill_rows", 0)
+    if "prefill_rows" in entry and (isinstance(rows, bool) or not isinstance(rows, int) or rows <= 32):
+        raise TableError(f"{where}: prefill_rows must be an integer above 32 (rows from which the prefill "
+                         f"strategy serves), got {rows!r}")
+    return rows
+
+
+def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """{(N, K): (ksplit, nt_narrow, nt_wide, prefill_rows)} from the tables of ``op`` for ``arch``
+    (empty when none; prefill_rows 0 where the entry has none)."""
     narrow_name, wide_name = SKINNY_TABLES[op]
     narrow = load(arch, narrow_name)
     if narrow is None:
@@ -149,7 +164,7 @@ def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int,
         if wks != ks:
             raise TableError(f"{arch}: {key}: the 1..16-row and 17..32-row variants split k differently "
                              f"(ks{ks} vs ks{wks}); rows would stop being bit-identical to their 1-row call")
-        out[(n, k)] = (ks, ntn, ntw)
+        out[(n, k)] = (ks, ntn, ntw, parse_prefill_rows(entry, f"{arch}/{narrow_name}.json {key}"))
     return out
 
 
@@ -166,7 +181,7 @@ def register_skinny_tables(arch: str | None = None) -> int:
     count = 0
     for op in SKINNY_TABLES:
         _C.clear_skinny_variants(op)
-        for (n, k), (ks, ntn, ntw) in skinny_variants(arch, op).items():
-            _C.set_skinny_variant(op, n, k, ks, ntn, ntw)
+        for (n, k), (ks, ntn, ntw, prefill_rows) in skinny_variants(arch, op).items():
+            _C.set_skinny_variant(op, n, k, ks, ntn, ntw, prefill_rows)
             count += 1
     return count

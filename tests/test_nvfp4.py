@@ -317,16 +317,18 @@ def test_opcheck(device):
                    test_utils=OPCHECK_UTILS)
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_skinny_lab_compiles(tmp_path):
-    """benchmarks/lab/skinny_lab.cu (the A/B lab that chose the register-stream kernel) still compiles
-    against both kernel headers, every variant it times included: it cannot drift from the kernels."""
+@pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu"])
+def test_skinny_labs_compile(tmp_path, lab):
+    """The A/B labs of the skinny kernels (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
+    the register-stream kernel; fp8_lab.cu: FP8) still compile against the kernel headers, every
+    variant they time included: they cannot drift from the kernels."""
     r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-arch=sm_90a", "--expt-relaxed-constexpr", "-diag-suppress",
-                        "128", "-c", "-I", os.path.join(ROOT, "csrc"),
-                        os.path.join(ROOT, "benchmarks", "lab", "skinny_lab.cu"), "-o", str(tmp_path / "lab.o")],
+                        "128,177", "-c", "-I", os.path.join(ROOT, "csrc"),
+                        os.path.join(ROOT, "benchmarks", "lab", lab), "-o", str(tmp_path / "lab.o")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

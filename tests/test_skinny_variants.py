@@ -19,9 +19,9 @@ def clean_registry():
     yield
     for op in OPS:
         _C.clear_skinny_variants(op)
-        for (n, k), (ks, ntn, ntw, from_table) in saved[op].items():
+        for (n, k), (ks, ntn, ntw, prefill_rows, from_table) in saved[op].items():
             if from_table:
-                _C.set_skinny_variant(op, n, k, ks, ntn, ntw)
+                _C.set_skinny_variant(op, n, k, ks, ntn, ntw, prefill_rows)
 
 
 @pytest.mark.parametrize("n,k", [(s.n, s.k) for s in shapes.WEIGHT_SHAPES] + [(8, 32), (200, 272), (1, 999999)])
@@ -35,12 +35,14 @@ def test_default_rule_is_valid_and_depends_on_shape_only(n, k):
 
 def test_registry_set_lookup_clear(clean_registry):
     _C.clear_skinny_variants("nvfp4_linear")
-    assert _C.skinny_variant("nvfp4_linear", 1000, 5120)[3] is False
+    assert _C.skinny_variant("nvfp4_linear", 1000, 5120)[4] is False
     _C.set_skinny_variant("nvfp4_linear", 1000, 5120, 4, 2, 1)
-    assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (4, 2, 1, True)
-    assert _C.skinny_variant("fp8_block_linear", 1000, 5120)[3] is False  # per op
+    assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (4, 2, 1, 0, True)  # prefill_rows 0: the rule
+    _C.set_skinny_variant("nvfp4_linear", 1000, 5120, 4, 2, 1, 96)
+    assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (4, 2, 1, 96, True)
+    assert _C.skinny_variant("fp8_block_linear", 1000, 5120)[4] is False  # per op
     _C.clear_skinny_variants("nvfp4_linear")
-    assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (*_C.skinny_default_variant(1000, 5120), False)
+    assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (*_C.skinny_default_variant(1000, 5120), 0, False)
 
 
 @pytest.mark.parametrize("args,match", [
@@ -51,6 +53,8 @@ def test_registry_set_lookup_clear(clean_registry):
     (("nvfp4_linear", 8, 32, 4, 4, 3), "nt_wide"),
     (("nvfp4_linear", 0, 32, 4, 1, 1), "positive"),
     (("gemm", 8, 32, 4, 1, 1), "op must be"),
+    (("nvfp4_linear", 8, 32, 4, 1, 1, 32), "prefill_rows"),
+    (("fp8_block_linear", 8, 32, 4, 1, 1, -5), "prefill_rows"),
 ])
 def test_registry_rejects_bad_variants(args, match, clean_registry):
     with pytest.raises(ValueError, match=match):
@@ -76,16 +80,30 @@ def _write_table(root, arch, name, entries, extra=None):
 
 
 def test_tables_feed_the_registry(tmp_path, monkeypatch, clean_registry):
-    _write_table(tmp_path, "sm_99", "nvfp4_skinny", {"1000,5120": {"variant": "ks4_nt2"}, "48,5120": {"variant": "ks8_nt1"}})
+    _write_table(tmp_path, "sm_99", "nvfp4_skinny", {"1000,5120": {"variant": "ks4_nt2", "prefill_rows": 80},
+                                                     "48,5120": {"variant": "ks8_nt1"}})
     _write_table(tmp_path, "sm_99", "nvfp4_skinny_wide", {"1000,5120": {"variant": "ks4_nt1"}})
-    _write_table(tmp_path, "sm_99", "fp8_block", {"1000,5120": {"variant": "ks2_nt4", "variant_wide": "ks2_nt2"}})
+    _write_table(tmp_path, "sm_99", "fp8_block", {"1000,5120": {"variant": "ks2_nt4", "variant_wide": "ks2_nt2",
+                                                               "prefill_rows": 65}})
     monkeypatch.setattr(tables, "table_dirs", lambda: [tmp_path])
     tables.load.cache_clear()
     try:
         assert tables.register_skinny_tables("sm_99") == 3
-        assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (4, 2, 1, True)
-        assert _C.skinny_variant("nvfp4_linear", 48, 5120) == (8, 1, 1, True)  # no wide entry: narrow's nt / 2
-        assert _C.skinny_variant("fp8_block_linear", 1000, 5120) == (2, 4, 2, True)
+        assert _C.skinny_variant("nvfp4_linear", 1000, 5120) == (4, 2, 1, 80, True)
+        assert _C.skinny_variant("nvfp4_linear", 48, 5120) == (8, 1, 1, 0, True)  # no wide entry: narrow's nt / 2
+        assert _C.skinny_variant("fp8_block_linear", 1000, 5120) == (2, 4, 2, 65, True)
+    finally:
+        tables.load.cache_clear()
+
+
+@pytest.mark.parametrize("rows", [32, 0, -1, 64.0, "65", True])
+def test_tables_with_bad_prefill_rows_are_refused(tmp_path, monkeypatch, rows):
+    _write_table(tmp_path, "sm_99", "fp8_block", {"1000,5120": {"variant": "ks2_nt4", "prefill_rows": rows}})
+    monkeypatch.setattr(tables, "table_dirs", lambda: [tmp_path])
+    tables.load.cache_clear()
+    try:
+        with pytest.raises(tables.TableError, match="prefill_rows must be an integer above 32"):
+            tables.skinny_variants("sm_99", "fp8_block_linear")
     finally:
         tables.load.cache_clear()
 
@@ -122,7 +140,7 @@ def test_shipped_tables_are_valid_and_complete():
             assert set(t["entries"]) >= {f"{s.n},{s.k}" for s in shapes.WEIGHT_SHAPES}, f"{arch}/{op}"
     for arch in {a for (a, _) in tables.find_tables()}:
         for op in OPS:
-            for (n, k), (ks, _, _) in tables.skinny_variants(arch, op).items():
+            for (n, k), (ks, _, _, _) in tables.skinny_variants(arch, op).items():
                 assert ks == _C.skinny_default_variant(n, k)[0], f"{arch} {op} {n}x{k}"
 
 
@@ -146,3 +164,41 @@ def test_every_nt_gives_the_same_bits(op, n, k, clean_registry):
     for nt in (2, 4):
         for a, b in zip(outs[1], outs[nt]):
             assert torch.equal(_bits(a), _bits(b)), f"nt {nt}"
+
+
+def test_sweep_crossover_rule():
+    """prefill_rows: the smallest measured row count from which the prefill strategy wins at every
+    larger measured count; one past the largest when it loses there."""
+    us = {64: {"chunked": 215.0, "mma": 256.0}, 65: {"chunked": 270.0, "mma": 256.0}, 128: {"chunked": 430.0, "mma": 260.0}}
+    assert sweep.crossover(us, "mma") == 65
+    us[65]["chunked"] = 250.0  # a loss at 65: the win at 128 alone counts
+    assert sweep.crossover(us, "mma") == 128
+    us[128]["mma"] = 431.0
+    assert sweep.crossover(us, "mma") == 129
+    us = {48: {"chunked": 9.0, "dequant": 8.0}, 64: {"chunked": 12.0, "dequant": 8.5}}
+    assert sweep.crossover(us, "dequant") == 48
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_table_prefill_rows_moves_the_auto_switch(op, clean_registry):
+    """A shape's prefill_rows (as the tables register it) is where auto leaves the 32-row slices:
+    one row below it every row is its 1-row call's bits, at it the output is the forced prefill
+    strategy's (which differ from the slices' somewhere)."""
+    from qwen38_kernels import knobs
+    n, k, at = 1024, 5120, 40
+    w = sweep.make_weights(op, n, k, seed=3)
+    x = torch.randn(at, k, device="cuda", dtype=torch.bfloat16)
+    f = getattr(torch.ops.qwen38, op)
+    ks, ntn, ntw = _C.skinny_default_variant(n, k)
+    _C.set_skinny_variant(op, n, k, ks, ntn, ntw, at)
+    assert _C.skinny_variant(op, n, k)[3] == at
+    below = f(x[:at - 1], *w)
+    for r in (0, 32, at - 2):
+        assert torch.equal(_bits(below[r:r + 1]), _bits(f(x[r:r + 1], *w))), f"{op}: {at - 1} rows, row {r}"
+    knob, strategy = sweep.PREFILL_KNOB[op]
+    y = f(x, *w)
+    with knobs.override(**{knob: strategy}):
+        assert torch.equal(_bits(y), _bits(f(x, *w))), f"{op}: auto at {at} rows is not the {strategy} strategy"
+    with knobs.override(**{knob: "chunked"}):
+        assert not torch.equal(_bits(y), _bits(f(x, *w))), f"{op}: auto at {at} rows took the slices"

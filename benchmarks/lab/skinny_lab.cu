@@ -805,6 +805,30 @@ int main(int argc, char** argv) {
     run_cand<2, 5120, 2, 4, 2, 2, 1, 1>(c, ref);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "nt8") == 0) {
+    // session 11, for the next device session: the stream form (q outer, contiguous k splits: the
+    // landed bits) with 8 tiles a warp, so one activation load and its re-pairing serve 64 weight
+    // rows (~15% fewer instructions a weight), at 1 or 2 steps of weights in registers
+    for (int n : {34816, 16384, 12288})
+      for (int m : {1, 16})
+        with_case(n, 5120, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+          run_landed<4, 4>(c, ref);
+          run_stream<5120, 4, 4>(c, ref);
+          run_cand<2, 5120, 4, 4, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+          run_cand<2, 5120, 4, 8, 1, 2, 2, 1, 0, 0, 1>(c, ref);
+          run_cand<2, 5120, 4, 8, 1, 2, 3, 1, 0, 0, 1>(c, ref);
+          run_cand<2, 5120, 4, 8, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+          run_cand<2, 5120, 4, 8, 2, 2, 2, 1, 0, 0, 1>(c, ref);
+        });
+    for (int m : {1, 16})
+      with_case(5120, 17408, m, l2, [&](Case& c, std::vector<uint8_t>& ref) {
+        run_landed<8, 4>(c, ref);
+        run_stream<17408, 8, 4>(c, ref);
+        run_cand<2, 17408, 8, 8, 1, 2, 1, 1, 0, 0, 1>(c, ref);
+        run_cand<2, 17408, 8, 8, 2, 2, 1, 1, 0, 0, 1>(c, ref);
+      });
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "bps") == 0) {
     // session 11: the stream kernel (128 registers since the multiply decode: up to 4 blocks of
     // 128 threads per SM) capped at 4 / 3 / 2 blocks per SM, K = 5120 shapes at 1 and 16 rows

@@ -11,7 +11,8 @@
 //            products summed in fp32 in cuBLAS's order - within the float64 bound, no row
 //            invariance. N is taken in slices whose three terms fit kSplitBytes; the fp32
 //            accumulator is y itself for fp32 output, else at most kAccBytes of rows at a time.
-//   auto     chunked up to 64 rows, mma from kMmaRows (65) rows on; dequant only when asked for.
+//   auto     mma from the tile table's prefill_rows for the weight shape (measured by the sweep) or,
+//            without one, from kMmaRows (65) rows on; chunked below; dequant only when asked for.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -185,7 +186,8 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   if (m > kSkinnyMaxRows) {
     const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL", true);
-    if (mode == Prefill::kMma || (mode == Prefill::kAuto && m >= kMmaRows)) {
+    const int64_t mma_rows = v.prefill_rows > 0 ? v.prefill_rows : kMmaRows;  // the table's, else the rule
+    if (mode == Prefill::kMma || (mode == Prefill::kAuto && m >= mma_rows)) {
       p.m = m;
       check_launch(kOp, launch_fp8_prefill(act_of(x), p, pdl, stream), x);
       return y;

@@ -17,7 +17,9 @@
 //                order is cuBLAS's (it may depend on M): no row invariance. Extra memory: N*K*2 bytes
 //                for the weight (356 MB at 34816x5120) and, on the fallback with a 16-bit output, an
 //                fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
-//   "auto" (default) takes "dequant" from nvfp4_prefill_dequant_rows(N, K) rows on, "chunked" below;
+//   "auto" (default) takes "dequant" from the tile table's prefill_rows for the weight shape (the
+//   sweep's measured crossover) or, without one, from nvfp4_prefill_dequant_rows(N, K) rows on,
+//   "chunked" below;
 //   QWEN38_NVFP4_PREFILL=chunked|dequant|auto forces one (tests, A/B timing) and
 //   QWEN38_NVFP4_PREFILL_ROWS=<rows> replaces the threshold of "auto" (tuning without a rebuild).
 #include <ATen/ATen.h>
@@ -92,9 +94,13 @@ int l2_span() {
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
+// The knob, else the tile table's measured row count for the shape, else the rule.
 int64_t dequant_rows(int64_t n, int64_t k) {
   const char* v = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
-  if (v == nullptr || *v == '\0') return nvfp4_prefill_dequant_rows(n, k);
+  if (v == nullptr || *v == '\0') {
+    const SkinnyVariant t = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
+    return t.prefill_rows > 0 ? t.prefill_rows : nvfp4_prefill_dequant_rows(n, k);
+  }
   char* end = nullptr;
   const long long r = std::strtoll(v, &end, 10);
   TORCH_CHECK_VALUE(end != v && *end == '\0' && r > 0, "qwen38.", kOp,

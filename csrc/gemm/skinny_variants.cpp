@@ -52,7 +52,8 @@ SkinnyVariant skinny_default(int64_t n, int64_t k) {
 
 bool skinny_variant_valid(const SkinnyVariant& v) {
   auto pow2_upto = [](int x, int hi) { return x >= 1 && x <= hi && (x & (x - 1)) == 0; };
-  return pow2_upto(v.ksplit, 8) && pow2_upto(v.nt_narrow, 4) && pow2_upto(v.nt_wide, 4);
+  return pow2_upto(v.ksplit, 8) && pow2_upto(v.nt_narrow, 4) && pow2_upto(v.nt_wide, 4) &&
+         (v.prefill_rows == 0 || v.prefill_rows > 32);
 }
 
 void set_skinny_variant(SkinnyOp op, int64_t n, int64_t k, const SkinnyVariant& v) {
