@@ -18,9 +18,6 @@
 #include <string>
 #include <vector>
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include "lab_common.cuh"
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_kernel.cuh"
@@ -32,7 +29,13 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
+using lab::bulk_copy;
+using lab::lds128;
+using lab::mbar_expect;
+using lab::mbar_init;
+using lab::mbar_wait;
 using lab::read_kernel;
+using lab::tensor_copy;
 using lab::time_graph;
 
 __device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
@@ -341,36 +344,6 @@ __global__ void __launch_bounds__(32 * KS, MINB) cand_kernel(const LabParams p) 
 // is 64 C: with C odd it is 64 mod 128, so the 8 lanes of an LDS.128 phase (rows g, g + 1, t 0..3)
 // hit 8 different 16-byte bank groups. Scales and activations as the stream kernel (registers).
 // MODE 0: waits + LDS only (XOR-folded): the feed alone; MODE 2: the whole kernel.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void tensor_copy(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ uint4 lds128(uint32_t a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
-
 template <int K, int KS, int NT, int C, int D>
 constexpr int bulk_smem() { return KS * D * 8 * NT * 64 * C; }
 
@@ -700,28 +673,9 @@ void run_cand(Case& c, const std::vector<uint8_t>& ref) {
 }
 
 
-PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
-
 // the weight tensor [N, K/2] bytes as uint16 elements [N, K/4], boxes of rows x 32 C elements
 CUtensorMap weight_map(const uint8_t* w, int n, int k, int rows, int c) {
-  if (g_encode == nullptr) {
-    cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_encode), 12000,
-                                        cudaEnableDefault, &q));
-  }
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(k / 4), cuuint64_t(n)};
-  const cuuint64_t strides[1] = {cuuint64_t(k / 2)};
-  const cuuint32_t box[2] = {cuuint32_t(32 * c), cuuint32_t(rows)};
-  const cuuint32_t es[2] = {1, 1};
-  const CUresult r = g_encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint8_t*>(w), dims, strides, box, es,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", int(r));
-    std::exit(1);
-  }
-  return m;
+  return lab::tensor_map_2d(w, CU_TENSOR_MAP_DATA_TYPE_UINT16, n, k / 4, k / 2, rows, 32 * c, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 template <int MODE, int K, int KS, int NT, int MT, int C, int D, int MINB, int TM = 1>
