@@ -243,6 +243,38 @@ def _fp8_cuda():
     return _fp8_check("cuda")
 
 
+@register("fp8_block_linear prefill (chunked and mma, 100 and 600 rows)", "cuda")
+def _fp8_prefill_cuda():
+    """Both prefill strategies within the float64 bound of the reference
+    (reference.fp8.fp8_block_linear_f64_bound: |y - y64| <= spacing(y) / 2 + err), and each row of
+    the chunked strategy equal to its 1-row call."""
+    from . import formats_fp8, knobs
+    from . import testing as qt
+    from .reference import fp8 as ref8
+
+    lines, ok, worst = [], True, 0.0
+    n, k = 1000, 5120
+    q = formats_fp8.quantize_fp8_block((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16).cuda())
+    for strategy in ("chunked", "mma"):
+        for m in (100, 600):
+            x = _randn(m, k).cuda()
+            with knobs.override(QWEN38_FP8_PREFILL=strategy):
+                y = torch.ops.qwen38.fp8_block_linear(x, q.weight, q.weight_scale_inv)
+                one = torch.ops.qwen38.fp8_block_linear(x[m - 1:m].clone(), q.weight, q.weight_scale_inv)
+            y64, err = ref8.fp8_block_linear_f64_bound(x.cpu(), q.weight.cpu(), q.weight_scale_inv.cpu())
+            bound = (err + qt.rounding_slack(y.cpu())).clamp_min(1e-30)
+            excess = float(((y.cpu().double() - y64).abs() / bound).max())
+            worst = max(worst, excess)
+            if excess > 1.0:
+                ok = False
+                lines.append(f"{strategy} M={m}: error {excess:.2f}x the bound")
+            if strategy == "chunked" and not torch.equal(one.view(torch.int16), y[m - 1:m].view(torch.int16)):
+                ok = False
+                lines.append(f"chunked M={m}: row {m - 1} differs from its 1-row call")
+    detail = f"{n}x{k}: worst error {worst:.2f} of the bound" + ("; " + "; ".join(lines) if lines else "")
+    return CheckResult("fp8_block_linear prefill", "cuda", ok, detail)
+
+
 @register("fp8_block_linear CPU path (reference)", "cpu")
 def _fp8_cpu():
     return _fp8_check("cpu")
