@@ -208,12 +208,16 @@ def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
 
 
 @pytest.mark.gpu
-def test_prefill_auto_threshold_and_fp16():
+def test_prefill_auto_threshold_and_fp16(skinny_variant):
     """auto: chunked up to 64 rows (each row = its 1-row call), mma from 65 rows (kMmaRows; the
     forced mma strategy's bits, which differ from the chunked ones somewhere, within the bound), for
     bf16 and fp16 x alike; dequant forced on fp16 is refused with a clear error; bad knob values are
-    named."""
+    named. The shape's table entry is replaced by one without prefill_rows, so the rule decides
+    (test_skinny_variants.py covers a table's threshold)."""
     n, k = 1024, 5120
+    from qwen38_kernels import _C
+    ks, nt, _ = _C.skinny_default_variant(n, k)
+    skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     for dt in (torch.bfloat16, torch.float16):
         x = qt.randn_nonzero(65, k, dtype=dt, device="cuda", seed=3)

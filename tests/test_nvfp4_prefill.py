@@ -125,9 +125,15 @@ def test_chunked_rows_are_bit_identical_to_one_row_calls():
 
 
 @pytest.mark.gpu
-def test_auto_picks_by_the_threshold():
+def test_auto_picks_by_the_threshold(skinny_variant):
     """auto == chunked below the threshold and == dequant at and above it (QWEN38_NVFP4_PREFILL_ROWS
-    and the built-in rule: 128 rows for N < 1024; from N = 1024, 65 rows for K <= 6144, else 64)."""
+    and the built-in rule: 128 rows for N < 1024; from N = 1024, 65 rows for K <= 6144, else 64).
+    The shapes' table entries are replaced by ones without prefill_rows, so the rule decides
+    (test_skinny_variants.py covers a table's threshold)."""
+    from qwen38_kernels import _C
+    for n2, k2 in ((1000, 5120), (1024, 5120), (1024, 6400)):
+        ks, nt, _ = _C.skinny_default_variant(n2, k2)
+        skinny_variant("nvfp4_linear", n2, k2, ks, nt)
     n, k = 1000, 5120
     w = _weight_cached(n, k, "cuda")
     x = qt.randn_nonzero(300, k, device="cuda", seed=31)
