@@ -202,25 +202,20 @@ def _nvfp4_cpu():
     return _nvfp4_check("cpu")
 
 
-@register("nvfp4_linear prefill (chunked and dequant, 100 and 600 rows), nvfp4_dequantize", "cuda")
-def _nvfp4_prefill_cuda():
-    """Both prefill strategies within the float64 bound of the reference (the criterion of
-    reference.gemm.nvfp4_linear_f64_bound, bf16 output), each row of the chunked strategy equal to
-    its 1-row call, and nvfp4_dequantize bit-exact against its reference."""
-    from . import formats, knobs
-    from .reference import gemm as refg
-
-    lines, ok, worst = [], True, 0.0
-    n, k = 1024, 5120
-    q = formats.quantize_nvfp4((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16).cuda())
-    for strategy in ("chunked", "dequant"):
+def _prefill_strategies(knob: str, strategies: tuple[str, ...], call, bound, k: int,
+                        lines: list[str]) -> tuple[bool, float]:
+    """For each strategy (set through ``knob``) at 100 and 600 rows: ``call(x)`` within ``bound(x, y)``
+    (its excess over the bound: |y - y64| / bound), and under "chunked" the last row equal to its
+    1-row call. Appends what fails to ``lines``; returns (ok, worst excess)."""
+    from . import knobs
+    ok, worst = True, 0.0
+    for strategy in strategies:
         for m in (100, 600):
             x = _randn(m, k).cuda()
-            with knobs.override(QWEN38_NVFP4_PREFILL=strategy):
-                y = torch.ops.qwen38.nvfp4_linear(x, q.packed, q.scale, q.global_scale)
-                one = torch.ops.qwen38.nvfp4_linear(x[m - 1:m].clone(), q.packed, q.scale, q.global_scale)
-            y64, err = refg.nvfp4_linear_f64_bound(x, q.packed, q.scale, q.global_scale)
-            excess = float(((y.double() - y64).abs() / (err + y64.abs() * 2.0 ** -8).clamp_min(1e-30)).max())
+            with knobs.override(**{knob: strategy}):
+                y = call(x)
+                one = call(x[m - 1:m].clone())
+            excess = bound(x, y)
             worst = max(worst, excess)
             if excess > 1.0:
                 ok = False
@@ -228,6 +223,28 @@ def _nvfp4_prefill_cuda():
             if strategy == "chunked" and not torch.equal(one.view(torch.int16), y[m - 1:m].view(torch.int16)):
                 ok = False
                 lines.append(f"chunked M={m}: row {m - 1} differs from its 1-row call")
+    return ok, worst
+
+
+@register("nvfp4_linear prefill (chunked and dequant, 100 and 600 rows), nvfp4_dequantize", "cuda")
+def _nvfp4_prefill_cuda():
+    """Both prefill strategies within the float64 bound of the reference (the criterion of
+    reference.gemm.nvfp4_linear_f64_bound, bf16 output), each row of the chunked strategy equal to
+    its 1-row call, and nvfp4_dequantize bit-exact against its reference."""
+    from . import formats
+    from .reference import gemm as refg
+
+    lines: list[str] = []
+    n, k = 1024, 5120
+    q = formats.quantize_nvfp4((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16).cuda())
+
+    def bound(x, y):
+        y64, err = refg.nvfp4_linear_f64_bound(x, q.packed, q.scale, q.global_scale)
+        return float(((y.double() - y64).abs() / (err + y64.abs() * 2.0 ** -8).clamp_min(1e-30)).max())
+
+    ok, worst = _prefill_strategies(
+        "QWEN38_NVFP4_PREFILL", ("chunked", "dequant"),
+        lambda x: torch.ops.qwen38.nvfp4_linear(x, q.packed, q.scale, q.global_scale), bound, k, lines)
     for dt in (torch.bfloat16, torch.float16):
         got = torch.ops.qwen38.nvfp4_dequantize(q.packed, q.scale, dt)
         want = refg.nvfp4_dequantize(q.packed.cpu(), q.scale.cpu(), dt).cuda()
@@ -248,29 +265,21 @@ def _fp8_prefill_cuda():
     """Both prefill strategies within the float64 bound of the reference
     (reference.fp8.fp8_block_linear_f64_bound: |y - y64| <= spacing(y) / 2 + err), and each row of
     the chunked strategy equal to its 1-row call."""
-    from . import formats_fp8, knobs
+    from . import formats_fp8
     from . import testing as qt
     from .reference import fp8 as ref8
 
-    lines, ok, worst = [], True, 0.0
+    lines: list[str] = []
     n, k = 1000, 5120
     q = formats_fp8.quantize_fp8_block((torch.randn(n, k, generator=_gen) * 0.05).to(torch.bfloat16).cuda())
-    for strategy in ("chunked", "mma"):
-        for m in (100, 600):
-            x = _randn(m, k).cuda()
-            with knobs.override(QWEN38_FP8_PREFILL=strategy):
-                y = torch.ops.qwen38.fp8_block_linear(x, q.weight, q.weight_scale_inv)
-                one = torch.ops.qwen38.fp8_block_linear(x[m - 1:m].clone(), q.weight, q.weight_scale_inv)
-            y64, err = ref8.fp8_block_linear_f64_bound(x.cpu(), q.weight.cpu(), q.weight_scale_inv.cpu())
-            bound = (err + qt.rounding_slack(y.cpu())).clamp_min(1e-30)
-            excess = float(((y.cpu().double() - y64).abs() / bound).max())
-            worst = max(worst, excess)
-            if excess > 1.0:
-                ok = False
-                lines.append(f"{strategy} M={m}: error {excess:.2f}x the bound")
-            if strategy == "chunked" and not torch.equal(one.view(torch.int16), y[m - 1:m].view(torch.int16)):
-                ok = False
-                lines.append(f"chunked M={m}: row {m - 1} differs from its 1-row call")
+
+    def bound(x, y):
+        y64, err = ref8.fp8_block_linear_f64_bound(x.cpu(), q.weight.cpu(), q.weight_scale_inv.cpu())
+        return float(((y.cpu().double() - y64).abs() / (err + qt.rounding_slack(y.cpu())).clamp_min(1e-30)).max())
+
+    ok, worst = _prefill_strategies(
+        "QWEN38_FP8_PREFILL", ("chunked", "mma"),
+        lambda x: torch.ops.qwen38.fp8_block_linear(x, q.weight, q.weight_scale_inv), bound, k, lines)
     detail = f"{n}x{k}: worst error {worst:.2f} of the bound" + ("; " + "; ".join(lines) if lines else "")
     return CheckResult("fp8_block_linear prefill", "cuda", ok, detail)
 

@@ -91,12 +91,12 @@ def _time(fn, op, n, k, m, weights, x) -> float:
     return bench.time_calls(lambda *w: fn(x[:m], *w), copies, repeats=5, min_calls=100)
 
 
-def sweep_shape(op: str, n: int, k: int, quick: bool = False) -> dict:
-    """Measures the candidates of one shape; returns {"narrow": (variant, us), "wide": (...),
-    "default": (ks, ntn, ntw), "candidates": {...}}."""
+def sweep_shape(op: str, n: int, k: int, quick: bool = False, weights: tuple | None = None) -> dict:
+    """Measures the candidates of one shape (on ``weights``, or random ones); returns {"narrow":
+    (variant, us), "wide": (...), "default": (ks, ntn, ntw), "candidates": {...}}."""
     from . import _C
     fn = _call(op)
-    weights = make_weights(op, n, k)
+    weights = make_weights(op, n, k) if weights is None else weights
     x = torch.randn(32, k, device="cuda", dtype=torch.bfloat16)
     ks0, ntn0, ntw0 = _C.skinny_default_variant(n, k)
     _C.set_skinny_variant(op, n, k, ks0, ntn0, ntw0)
@@ -135,12 +135,13 @@ def crossover(us: dict[int, dict[str, float]], strategy: str) -> int:
     return first
 
 
-def sweep_prefill(op: str, n: int, k: int, variant: tuple[int, int, int], quick: bool = False) -> dict:
+def sweep_prefill(op: str, n: int, k: int, variant: tuple[int, int, int], quick: bool = False,
+                  weights: tuple | None = None) -> dict:
     """With ``variant`` registered: {"prefill_rows": crossover, "us": {rows: {"chunked": us,
-    strategy: us}}} for one shape."""
+    strategy: us}}} for one shape (on ``weights``, or random ones)."""
     from . import _C, knobs
     fn = _call(op)
-    weights = make_weights(op, n, k)
+    weights = make_weights(op, n, k) if weights is None else weights
     rows = QUICK_PREFILL_ROWS if quick else PREFILL_ROWS
     x = torch.randn(max(rows), k, device="cuda", dtype=torch.bfloat16)
     knob, strategy = PREFILL_KNOB[op]
@@ -187,9 +188,10 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
               "from which measured row count the prefill strategy beats 32-row slices at every larger one")
     results, prefill = {}, {}
     for s in bench.progress(_shapes.WEIGHT_SHAPES, desc=f"sweep {op}", total=len(_shapes.WEIGHT_SHAPES)):
-        results[s] = r = sweep_shape(op, s.n, s.k, quick)
+        weights = make_weights(op, s.n, s.k)
+        results[s] = r = sweep_shape(op, s.n, s.k, quick, weights)
         ks, ntn = tables.parse_variant(r["narrow"])
-        prefill[s] = sweep_prefill(op, s.n, s.k, (ks, ntn, tables.parse_variant(r["wide"])[1]), quick)
+        prefill[s] = sweep_prefill(op, s.n, s.k, (ks, ntn, tables.parse_variant(r["wide"])[1]), quick, weights)
     prov = _provenance(False, metric)
     narrow, wide = {}, {}
     for s, r in results.items():

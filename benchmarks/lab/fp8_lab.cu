@@ -40,17 +40,11 @@ using lab::lds128;
 using lab::mbar_expect;
 using lab::mbar_init;
 using lab::mbar_wait;
+using lab::mix;
 using lab::read_kernel;
 using lab::tensor_copy;
 using lab::time_graph;
 
-__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
-  uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 0x9e3779b9u ^ seed;
-  h ^= h >> 13;
-  h *= 0x5bd1e995u;
-  h ^= h >> 15;
-  return h;
-}
 // kind 0: e4m3 bytes, never NaN (0x7f / 0xff -> 0x7e / 0xfe); 1: fp32 scales in [2^-12, 2^-8);
 // 2: bf16 activations in [-2, 2); 3: zeros
 __global__ void fill_kernel(uint8_t* p, size_t n, uint32_t seed, int kind) {

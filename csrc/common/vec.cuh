@@ -9,6 +9,14 @@
 
 namespace qwen38 {
 
+// Every element of a float array of any shape (accumulators) to zero.
+template <typename A>
+__device__ __forceinline__ void zero_fill(A& a) {
+  float* f = reinterpret_cast<float*>(&a);
+#pragma unroll
+  for (int i = 0; i < int(sizeof(A) / sizeof(float)); ++i) f[i] = 0.0f;
+}
+
 // N elements of T loaded/stored as one unit. Alignment is capped at 16 bytes (the widest single
 // global load, LDG.128); a wider vector (8 x fp32 = 32 B) becomes two 16-byte loads.
 template <typename T, int N>

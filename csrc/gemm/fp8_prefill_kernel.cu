@@ -32,6 +32,7 @@
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
+#include "common/vec.cuh"
 #include "gemm/fp8_block_linear_launch.h"
 
 namespace qwen38::gemm {
@@ -105,12 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_prefill_kernel(const Fp8Block
   };
 
   float acc[4][4][4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < 4; ++b)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[a][b][i] = 0.f;
+  zero_fill(acc);
 
   const float* srow = p.scale + (n0 / 128) * ((p.k + 127) / 128);
   load_stage(0, 0);
@@ -123,12 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_prefill_kernel(const Fp8Block
     const unsigned char* xs = smem + (kb & 1) * kStageBytes;
     const unsigned char* ws = xs + kXStage;
     float blk[4][4][4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) blk[a][b][i] = 0.f;
+    zero_fill(blk);
 #pragma unroll
     for (int k16 = 0; k16 < kBK / 16; ++k16) {
       uint32_t bf[4][2];  // the step's B fragments first (8 registers), then one A tile at a time

@@ -94,18 +94,15 @@ int l2_span() {
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-// The knob, else the tile table's measured row count for the shape, else the rule.
-int64_t dequant_rows(int64_t n, int64_t k) {
-  const char* v = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
-  if (v == nullptr || *v == '\0') {
-    const SkinnyVariant t = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
-    return t.prefill_rows > 0 ? t.prefill_rows : nvfp4_prefill_dequant_rows(n, k);
-  }
+// The knob, else the tile table's measured row count for the shape (v: its variant), else the rule.
+int64_t dequant_rows(int64_t n, int64_t k, const SkinnyVariant& v) {
+  const char* e = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
+  if (e == nullptr || *e == '\0') return v.prefill_rows > 0 ? v.prefill_rows : nvfp4_prefill_dequant_rows(n, k);
   char* end = nullptr;
-  const long long r = std::strtoll(v, &end, 10);
-  TORCH_CHECK_VALUE(end != v && *end == '\0' && r > 0, "qwen38.", kOp,
+  const long long r = std::strtoll(e, &end, 10);
+  TORCH_CHECK_VALUE(end != e && *end == '\0' && r > 0, "qwen38.", kOp,
                     ": QWEN38_NVFP4_PREFILL_ROWS must be a positive row count (or unset for the built-in rule), "
-                    "got '", v, "'");
+                    "got '", e, "'");
   return r;
 }
 
@@ -151,9 +148,8 @@ void launch_dequantize(const char* op, const at::Tensor& w_packed, const at::Ten
 }
 
 // The chunked strategy (and 1..32 rows): the skinny kernel on 32-row slices.
-void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, int64_t m, cudaStream_t stream) {
+void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, const SkinnyVariant& v, int64_t m, cudaStream_t stream) {
   const bool pdl = knob_enabled("QWEN38_PDL", true);
-  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", p.n, p.k);
   p.depth = ring_depth();
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
@@ -268,10 +264,11 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
 
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
   bool dequant = false;
   if (m > kSkinnyMaxRows) {
     const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL");
-    dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k));
+    dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k, v));
   }
   if (dequant) {
     run_dequant(x, w_packed, w_scale, w_global, bias, bias_dtype, y, od, m, n, k, x_stride, stream);
@@ -289,7 +286,7 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
-  run_skinny_chunks(x, p, m, stream);
+  run_skinny_chunks(x, p, v, m, stream);
   return y;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/nvfp4.cuh"  // QWEN38_HW_E2M1
+#include "common/vec.cuh"     // zero_fill
 
 namespace qwen38::gemm {
 
@@ -67,13 +68,7 @@ __device__ __forceinline__ void activation_rows(const T* (&xr)[kH], const void* 
   for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < m ? x0 + (g + 8 * h) * x_stride : zero) + off;
 }
 
-// Every element of a float array of any shape (accumulators) to zero.
-template <typename A>
-__device__ __forceinline__ void zero_fill(A& a) {
-  float* f = reinterpret_cast<float*>(&a);
-#pragma unroll
-  for (int i = 0; i < int(sizeof(A) / sizeof(float)); ++i) f[i] = 0.0f;
-}
+using qwen38::zero_fill;  // (common/vec.cuh)
 
 }  // namespace stream
 
