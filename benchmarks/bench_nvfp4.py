@@ -144,6 +144,7 @@ PREFILL_PROVIDERS = (
     PrefillProvider("qwen38", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "auto"),)),
     PrefillProvider("qwen38 chunked", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "chunked"),)),
     PrefillProvider("qwen38 dequant", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "dequant"),)),
+    PrefillProvider("qwen38 mma", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "mma"),)),
     PrefillProvider("cuBLAS bf16", _cublas, "bf16 dequantized", bf16_weight_bytes),
     PrefillProvider("dequant+matmul", _dequant_matmul, "nvfp4", nvfp4_weight_bytes),
 )

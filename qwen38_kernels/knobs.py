@@ -50,9 +50,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight is read "
          "once per 32 rows); dequant: dequantize once to x's dtype (exact) + one fp32-output cuBLAS GEMM "
          "+ epilogue (within the float64 bound, no row invariance, N*K*2 bytes of temporary weight); "
+         "mma: the tensor-core kernel of csrc/gemm/nvfp4_prefill_kernel.cu, the weight decoded in "
+         "registers (K a multiple of 64; within the float64 bound, each row independent of the others "
+         "and of the row count, not bit-identical to the 1..32-row kernels; no temporary); "
          "auto: dequant from a row threshold that depends on the weight shape only: the tile table's "
          "prefill_rows for (N, K) (the sweep's measured crossover), else the built-in rule "
          "(csrc/gemm/nvfp4_linear.cpp, nvfp4_prefill_dequant_rows); chunked below it."),
+    Knob("QWEN38_PREFILL_TILE_ROWS", "auto",
+         "Rows of one CTA tile of the tensor-core prefill kernels (QWEN38_NVFP4_PREFILL=mma, "
+         "QWEN38_FP8_PREFILL=mma): 64 or 128; auto: 64 up to 64 rows, else 128. Changes no bit (a row's "
+         "sum runs over K in the same mma steps whatever the tile); for A/B timing."),
     Knob("QWEN38_NVFP4_PREFILL_ROWS", "",
          "Empty: the threshold of QWEN38_NVFP4_PREFILL=auto from the tile table or the built-in rule; a "
          "positive integer R: auto takes the dequant strategy from R rows on, for every weight shape "

@@ -56,8 +56,9 @@ def test_software_e2m1_decode_every_byte(tmp_path):
     rows = [ln.split() for ln in lines if ln.strip() and not ln.startswith("w ")]
     words = [ln.split()[1:] for ln in lines if ln.startswith("w ")]
     assert len(rows) == 256 and len(words) == 16 * 8 + 512 + 2
-    for b, f16, bf16 in rows:
+    for b, f16, bf16, bf16_mul in rows:
         b, f16, bf16 = int(b), int(f16, 16), int(bf16, 16)
+        assert int(bf16_mul, 16) == bf16, f"bf16 byte {b:#04x}: the multiply form differs"
         lo, hi = _e2m1(b & 15), _e2m1(b >> 4)
         assert _f16(f16 & 0xFFFF) * 2.0 ** 14 == lo and _f16(f16 >> 16) * 2.0 ** 14 == hi, f"fp16 byte {b:#04x}"
         assert _bf16(bf16 & 0xFFFF) * 2.0 ** 126 == lo and _bf16(bf16 >> 16) * 2.0 ** 126 == hi, f"bf16 byte {b:#04x}"

@@ -1,8 +1,9 @@
 """nvfp4_linear with more than 32 rows (the prefill strategies) and nvfp4_dequantize.
 
-GPU: both strategies (QWEN38_NVFP4_PREFILL=chunked|dequant; dequant with and without its cuBLASLt matmul,
-QWEN38_NVFP4_PREFILL_LT) against the float64 bound of the
-reference at 33..600 rows; the chunked strategy keeps every row bit-identical to its 1-row call;
+GPU: the strategies (QWEN38_NVFP4_PREFILL=chunked|dequant|mma; dequant with and without its cuBLASLt
+matmul, QWEN38_NVFP4_PREFILL_LT) against the float64 bound of the
+reference at 33..600 rows; the chunked strategy keeps every row bit-identical to its 1-row call, the
+mma strategy keeps each row independent of the others and of the row count;
 "auto" picks by the row threshold; nvfp4_dequantize bit-exact against its reference for every code
 and scale range; graph == eager, determinism, opcheck, bad input.
 CPU: the reference of nvfp4_dequantize (exact, against formats.dequantize_nvfp4), its checks and
@@ -17,12 +18,13 @@ import torch
 
 import qwen38_kernels as q
 from qwen38_kernels import formats, knobs
+from qwen38_kernels import formats_fp8 as f8
 from qwen38_kernels import testing as qt
 from qwen38_kernels.reference import gemm as ref
 
 OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-STRATEGIES = ("chunked", "dequant", "dequant-nolt")  # dequant-nolt: QWEN38_NVFP4_PREFILL_LT=0
+STRATEGIES = ("chunked", "dequant", "dequant-nolt", "mma")  # dequant-nolt: QWEN38_NVFP4_PREFILL_LT=0
 # opcheck's test_schema cannot compare float8_e4m3fn inputs (see tests/test_nvfp4.py): the other three
 OPCHECK_UTILS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
 
@@ -83,7 +85,7 @@ def test_accuracy_within_the_float64_bound(strategy, m, n, k):
 @pytest.mark.parametrize("bias_dt", [None, "x", torch.float32])
 @pytest.mark.parametrize("n", [136, 138])  # 138: not a multiple of 4 (the epilogue's scalar path; no cuBLASLt)
 def test_dtypes_bias_and_odd_n(strategy, xdt, out, bias_dt, n):
-    k, m = 96, 77
+    k, m = (128 if strategy == "mma" else 96), 77  # mma serves K a multiple of 64
     w = _weight_cached(n, k, "cuda")
     x = qt.randn_nonzero(m, k, dtype=xdt, device="cuda", seed=n)
     bias = None
@@ -122,6 +124,60 @@ def test_chunked_rows_are_bit_identical_to_one_row_calls():
     for r in (0, 1, 31, 32, 33, 63, 64, 95, 96, 99):
         one = _call(x[r:r + 1].clone(), w)  # 1 row: the skinny kernel whatever the knob says
         qt.assert_bitwise_equal(full[r:r + 1], one, f"row {r} of {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("xdt", [torch.bfloat16, torch.float16])
+def test_mma_rows_do_not_depend_on_neighbours_or_row_count(xdt):
+    """The mma strategy's row r has the same bits in a 300-row call (128-row tiles), in a 40-row
+    window around it (64-row tiles, another position in the tile) and next to other rows."""
+    n, k, m = 1000, 5120, 300
+    w = _weight_cached(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, dtype=xdt, device="cuda", seed=41)
+    full = _call(x, w, strategy="mma")
+    for r0 in (0, 77, 250):
+        win = _call(x[r0:r0 + 40].clone(), w, strategy="mma")
+        qt.assert_bitwise_equal(full[r0:r0 + 40], win, f"rows {r0}..{r0 + 39} of {m}")
+    other = x.clone()
+    other[1::2] = qt.randn_nonzero(m // 2, k, dtype=xdt, device="cuda", seed=43)
+    qt.assert_bitwise_equal(full[0::2], _call(other, w, strategy="mma")[0::2], "even rows, odd rows replaced")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("m", [40, 100])
+def test_mma_tile_rows_change_no_bit(op, m):
+    """QWEN38_PREFILL_TILE_ROWS (64- or 128-row CTA tiles) is a launch detail of both mma kernels."""
+    n, k = 1000, 5120
+    x = qt.randn_nonzero(m, k, device="cuda", seed=m)
+    if op == "nvfp4":
+        w = _weight_cached(n, k, "cuda")
+        call = lambda: _call(x, w, strategy="mma")  # noqa: E731
+    else:
+        g = torch.Generator().manual_seed(2)
+        fw = f8.quantize_fp8_block((torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16))
+        wt, ws = fw.weight.cuda(), fw.weight_scale_inv.cuda()
+
+        def call():
+            with knobs.override(QWEN38_FP8_PREFILL="mma"):
+                return OPS.fp8_block_linear(x, wt, ws, None, None)
+    outs = {}
+    for rows in ("auto", "64", "128"):
+        with knobs.override(QWEN38_PREFILL_TILE_ROWS=rows):
+            outs[rows] = call()
+    qt.assert_bitwise_equal(outs["64"], outs["128"], f"{op} M={m}: 64- vs 128-row tiles")
+    qt.assert_bitwise_equal(outs["auto"], outs["128"], f"{op} M={m}: auto vs 128-row tiles")
+    with knobs.override(QWEN38_PREFILL_TILE_ROWS="96"):
+        with pytest.raises(ValueError, match=r"QWEN38_PREFILL_TILE_ROWS must be auto, 64 or 128, got '96'"):
+            call()
+
+
+@pytest.mark.gpu
+def test_mma_needs_k_a_multiple_of_64():
+    w = _weight_cached(136, 96, "cuda")
+    x = qt.randn_nonzero(40, 96, device="cuda", seed=5)
+    with pytest.raises(ValueError, match=r"qwen38\.nvfp4_linear: QWEN38_NVFP4_PREFILL=mma serves K a multiple of 64, got K = 96"):
+        _call(x, w, strategy="mma")
 
 
 @pytest.mark.gpu
@@ -186,7 +242,7 @@ def test_bad_knob_values_are_named():
     w = _weight(48, 64, "cuda")
     x = qt.randn_nonzero(40, 64, device="cuda")
     with knobs.override(QWEN38_NVFP4_PREFILL="fast"):
-        with pytest.raises(ValueError, match=r"qwen38\.nvfp4_linear: QWEN38_NVFP4_PREFILL must be"):
+        with pytest.raises(ValueError, match=r"qwen38\.nvfp4_linear: QWEN38_NVFP4_PREFILL must be auto, chunked, dequant or mma"):
             OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale)
         # 1..32 rows never read the knob: the skinny kernel serves them
         assert OPS.nvfp4_linear(x[:32], w.packed, w.scale, w.global_scale).shape == (32, 48)

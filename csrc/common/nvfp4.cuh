@@ -41,6 +41,15 @@ __host__ __device__ __forceinline__ uint32_t e2m1x2_raw_bf16(uint32_t byte) {
   return ((t & 0x00070007u) << 6) | ((t & 0x00080008u) << 12);
 }
 
+// The same bits as e2m1x2_raw_bf16 in one multiply-add, one mask, one multiply and one mask: after
+// byte * (1 + 2^12) the two nibbles sit 16 bits apart (bits 3:0 and 19:16), and times 2^6 + 2^12
+// each nibble's two copies share no bit (bits 9:6 and 15:12), so nothing carries (equal for all 256
+// bytes: tests/test_nvfp4_decode.py). For the prefill kernel, whose B pairs are the two nibbles of
+// one byte (k 2t, 2t + 1).
+__host__ __device__ __forceinline__ uint32_t e2m1x2_raw_bf16_mul(uint32_t byte) {
+  return (((byte * 0x1001u) & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+}
+
 // QWEN38_HW_E2M1: compiling device code for an arch-specific target with the e2m1 conversion.
 #if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || \
     defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL)
@@ -225,6 +234,30 @@ __device__ __forceinline__ void decode_word<__nv_bfloat16>(uint32_t (&out)[4], u
   out[1] = as_u32(__hmul2(as_b2(pair_raw_bf16<1>(w)), s2));
   out[2] = as_u32(__hmul2(as_b2(pair_raw_bf16<2>(w)), s2));
   out[3] = as_u32(__hmul2(as_b2(pair_raw_bf16<3>(w)), s2));
+#endif
+}
+
+// The two e2m1 of one byte (low nibble in the low half) times the pair multiplier of PairDecode<T>
+// (made from the element's block scale): exactly v s 2^-7, like decode_word (the prefill kernel).
+template <typename T>
+__device__ __forceinline__ uint32_t decode_byte(uint32_t byte, typename PairDecode<T>::T2 s2);
+
+template <>
+__device__ __forceinline__ uint32_t decode_byte<__half>(uint32_t byte, __half2 s2) {
+#ifdef QWEN38_HW_E2M1
+  return as_u32(__hmul2(as_h2(cvt_e2m1x2(byte)), s2));
+#else
+  return as_u32(__hmul2(as_h2(e2m1x2_raw_f16(byte)), s2));
+#endif
+}
+
+template <>
+__device__ __forceinline__ uint32_t decode_byte<__nv_bfloat16>(uint32_t byte, __nv_bfloat162 s2) {
+#ifdef QWEN38_HW_E2M1
+  const float2 f = __half22float2(as_h2(cvt_e2m1x2(byte)));  // exact
+  return as_u32(__hmul2(__floats2bfloat162_rn(f.x, f.y), s2));
+#else
+  return as_u32(__hmul2(as_b2(e2m1x2_raw_bf16_mul(byte)), s2));
 #endif
 }
 

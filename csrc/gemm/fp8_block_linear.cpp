@@ -189,6 +189,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
     const int64_t mma_rows = v.prefill_rows > 0 ? v.prefill_rows : kMmaRows;  // the table's, else the rule
     if (mode == Prefill::kMma || (mode == Prefill::kAuto && m >= mma_rows)) {
       p.m = m;
+      p.tile_rows = prefill_tile_rows(kOp);
       check_launch(kOp, launch_fp8_prefill(act_of(x), p, pdl, stream), x);
       return y;
     }

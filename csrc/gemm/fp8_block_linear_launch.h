@@ -21,6 +21,8 @@ struct Fp8BlockParams {
                                   // shape (fp8_stream_kernel.cuh), 2 = the same at 1..16 rows only,
                                   // 0 = always the skinny kernel;
                                   // changes no bit
+  int tile_rows = 0;              // "mma" prefill: rows of a CTA tile, 64 or 128 (0: 64 up to 64
+                                  // rows, else 128); changes no bit
 };
 
 // v: the launch variant of the weight shape (skinny_variants.h).

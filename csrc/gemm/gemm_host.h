@@ -28,6 +28,17 @@ inline Prefill prefill_mode(const char* op, const char* knob, bool mma_ok = fals
   return Prefill::kAuto;
 }
 
+// QWEN38_PREFILL_TILE_ROWS: rows of one CTA tile of the tensor-core prefill kernels (0: by the row
+// count). A launch detail that changes no bit (a row's sum runs over K in the same mma steps).
+inline int prefill_tile_rows(const char* op) {
+  const char* v = std::getenv("QWEN38_PREFILL_TILE_ROWS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
+  if (std::strcmp(v, "64") == 0) return 64;
+  if (std::strcmp(v, "128") == 0) return 128;
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_PREFILL_TILE_ROWS must be auto, 64 or 128, got '", v, "'");
+  return 0;
+}
+
 // bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel
 // (0 bf16, 1 fp16, 2 fp32); 0 when there is no bias.
 inline int check_bias(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& x) {

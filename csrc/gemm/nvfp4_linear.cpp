@@ -265,9 +265,13 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
-  bool dequant = false;
+  bool dequant = false, mma = false;
   if (m > kSkinnyMaxRows) {
-    const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL");
+    const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL", true);
+    TORCH_CHECK_VALUE(mode != Prefill::kMma || nvfp4_prefill_serves(k), "qwen38.", kOp,
+                      ": QWEN38_NVFP4_PREFILL=mma serves K a multiple of 64, got K = ", num(k),
+                      " (use auto, chunked or dequant)");
+    mma = mode == Prefill::kMma;
     dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k, v));
   }
   if (dequant) {
@@ -286,6 +290,12 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
+  if (mma) {
+    p.m = m;
+    p.tile_rows = prefill_tile_rows(kOp);
+    check_launch(kOp, launch_nvfp4_prefill(act_of(x), p, knob_enabled("QWEN38_PDL", true), stream), x);
+    return y;
+  }
   run_skinny_chunks(x, p, v, m, stream);
   return y;
 }

@@ -28,6 +28,8 @@ struct Nvfp4Params {
   int stream = 1;                  // skinny kernel: 1 = the register-stream kernel where it serves
                                    // the shape (nvfp4_stream_kernel.cuh), 0 = always the ring
                                    // kernel; changes no bit
+  int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (0: 64 up to 64
+                                   // rows, else 128); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
@@ -41,5 +43,12 @@ cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Params& p, const SkinnyVaria
 // serves and p.stream is set.
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
+
+// The "mma" prefill strategy (nvfp4_prefill_kernel.cu): more than 32 rows through mma.sync tiles of
+// 64 or 128 rows x 128 columns, the weight decoded in registers; x rows and w 16-byte aligned, w_scale
+// 4-byte aligned. It serves K a positive multiple of 64 (nvfp4_prefill_serves); p.depth, p.l2span and
+// p.stream are not read.
+bool nvfp4_prefill_serves(int64_t k);
+cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
 
 }  // namespace qwen38::gemm

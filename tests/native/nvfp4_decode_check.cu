@@ -1,5 +1,6 @@
 // Host check of the software e2m1 decode (csrc/common/nvfp4.cuh).
-// Part 1: for every byte value, the fp16x2 and bf16x2 bit patterns of its two nibbles.
+// Part 1: for every byte value, the fp16x2 and bf16x2 bit patterns of its two nibbles (bf16 in both
+// forms: shifts, and the multiply of the prefill kernel).
 // Part 2 (lines starting with "w"): for words covering every nibble value at every position, the
 // four (element i, element i+4) pairs of the word-level decode, fp16 then bf16.
 // tests/test_nvfp4.py compares them with the e2m1 table times 2^-14 (fp16) and 2^-126 (bf16).
@@ -18,7 +19,7 @@ static void word_line(uint32_t w) {
 
 int main() {
   for (unsigned b = 0; b < 256; ++b)
-    std::printf("%u %08x %08x\n", b, e2m1x2_raw_f16(b), e2m1x2_raw_bf16(b));
+    std::printf("%u %08x %08x %08x\n", b, e2m1x2_raw_f16(b), e2m1x2_raw_bf16(b), e2m1x2_raw_bf16_mul(b));
   // every value v at every position, the other nibbles a rotating pattern
   for (uint32_t v = 0; v < 16; ++v)
     for (int pos = 0; pos < 8; ++pos) {

@@ -1,0 +1,175 @@
+// The tile machinery shared by the tensor-core prefill kernels (fp8_prefill_kernel.cu,
+// nvfp4_prefill_kernel.cu): more than 32 rows of x against a quantized weight, mma.sync m16n8k16
+// with fp32 accumulators, the weight decoded exactly into B fragments in registers. Torch-free.
+//
+// A CTA of 8 warps computes BM = 32 MT rows x 128 output columns: 2 x 4 warps of 16 MT rows x 32
+// columns (MT m16 tiles x 4 n8 tiles: 4 MT mma per k16 step). K streams through kStages
+// shared-memory stages of kBK = 64 (cp.async, one barrier per stage): while stage kt is multiplied,
+// stages kt + 1 .. kt + kStages - 1 are in flight (the copy of stage kt + kStages - 1 goes out right
+// after the barrier that ends the use of its buffer).
+//   x tile: row r (BM) of 8 16-byte chunks (8 elements), chunk c at position c ^ (r % 8):
+//           ldmatrix.x4 reads 8 rows of one logical chunk from 8 different bank groups.
+//   w tile: the weight format's own layout (W::load, W::b_frags).
+// Chunks past M or K are zero-filled by cp.async (their products are zeros); rows and columns past
+// the edges are never stored.
+//
+// The weight policy W provides:
+//   kStageBytes                       its bytes of one stage
+//   load(ws, kt)                      issue the cp.async copies of K tile kt into ws (every thread calls)
+//   sums(acc, kt) -> float[MT][4][4]& the accumulators tile kt's products go to
+//   b_frags(ws, kt, k16, bf)          the B fragments of step k16 (0..3) of the tile for this thread's
+//                                     4 n8 tiles (columns wn * 32 + nt * 8 + g)
+//   tile_end(kt, nkt, acc)            after the tile's products (e.g. a block scale)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "common/mma.cuh"
+
+namespace qwen38::gemm::prefill {
+
+constexpr int kBN = 128;           // output columns of a CTA
+constexpr int kBK = 64;            // K of one stage
+constexpr int kThreads = 256;      // 8 warps: 2 (rows) x 4 (columns)
+constexpr int kStages = 4;
+
+template <int MT> struct Tile {
+  static constexpr int kBM = 32 * MT;                 // rows of a CTA
+  static constexpr int kXBytes = kBM * kBK * 2;       // 16-bit x of one stage
+};
+
+// Where a thread's fragments sit: warp (wm, wn) and lane (g, t).
+struct Lane {
+  int tid, lane, wm, wn, g, t;
+  __device__ __forceinline__ Lane() {
+    tid = threadIdx.x;
+    lane = tid & 31;
+    const int warp = tid >> 5;
+    wm = warp & 1;
+    wn = warp >> 1;
+    g = lane >> 2;
+    t = lane & 3;
+  }
+};
+
+__device__ __forceinline__ int x_off(int r, int c) { return r * (kBK * 2) + ((c ^ (r & 7)) << 4); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The x copies of a K tile: BM rows x 8 chunks, MT chunks a thread, all in chunk column tid % 8 (rows
+// tid / 8 + 32 i): the row pointers and their checks are made once, a tile adds kt * kBK. x rows
+// 16-byte aligned, K a multiple of 8.
+template <int MT, typename T> struct XLoader {
+  const T* base;      // this thread's first chunk (row m0 + tid / 8, column 8 (tid % 8)), or x
+  const T* x;
+  int64_t step;       // elements between the thread's rows (32 rows)
+  int64_t k;
+  int col, rows_ok;   // chunk column (elements); bit i: row i inside M
+  int so;             // smem offset of chunk 0 (the others: + 32 i rows)
+
+  __device__ __forceinline__ XLoader(const T* x_, int64_t x_stride, int64_t m, int64_t k_, int64_t m0, int tid)
+      : x(x_), step(32 * x_stride), k(k_) {
+    const int r = tid >> 3, c = tid & 7;
+    col = 8 * c;
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) rows_ok |= (m0 + r + 32 * i < m ? 1 : 0) << i;
+    base = x_ + (m0 + r < m ? (m0 + r) * x_stride : 0) + col;
+    so = x_off(r, c);
+  }
+  __device__ __forceinline__ void load(unsigned char* xs, int kt) const {
+    const int64_t k0 = int64_t(kt) * kBK;
+    const bool kok = k0 + col < k;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const bool ok = kok && ((rows_ok >> i) & 1);
+      // 32 i rows down: the same swizzle (r % 8 unchanged), 32 i * kBK * 2 bytes further
+      cp_async16(xs + so + i * 32 * kBK * 2, ok ? base + i * step + k0 : x, ok ? 16 : 0);
+    }
+  }
+};
+
+// The main loop: acc[mt][nt] (rows m0 + wm * 16 MT + mt * 16 + {g, g + 8}, columns n0 + wn * 32 +
+// nt * 8 + {2t, 2t + 1}) as W directs. smem: kStages * (Tile<MT>::kXBytes + W::kStageBytes) bytes.
+template <int MT, typename T, class W>
+__device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m, int64_t k, int64_t m0, W& w,
+                                         unsigned char* smem, float (&acc)[MT][4][4]) {
+  constexpr int kX = Tile<MT>::kXBytes, kStage = kX + W::kStageBytes;
+  const Lane L;
+  const int nkt = int((k + kBK - 1) / kBK);
+  const XLoader<MT, T> xl(x, x_stride, m, k, m0, L.tid);
+  auto load = [&](int kt) {
+    unsigned char* st = smem + (kt % kStages) * kStage;
+    xl.load(st, kt);
+    w.load(st + kX, kt);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nkt) load(s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nkt; ++kt) {
+    cp_async_wait<kStages - 2>();  // every group but the newest kStages - 2: tile kt has landed
+    __syncthreads();               // ... for every thread; and tile kt - 1's buffer is free
+    if (kt + kStages - 1 < nkt) load(kt + kStages - 1);
+    cp_async_commit();
+    const unsigned char* xs = smem + (kt % kStages) * kStage;
+    const unsigned char* ws = xs + kX;
+    float(&c)[MT][4][4] = w.sums(acc, kt);
+#pragma unroll
+    for (int k16 = 0; k16 < kBK / 16; ++k16) {
+      uint32_t bf[4][2];
+      w.b_frags(ws, kt, k16, bf);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t af[4];
+        const int r = L.wm * 16 * MT + mt * 16 + ((L.lane >> 3) & 1) * 8 + (L.lane & 7);
+        ldmatrix_x4(af, smem_addr(xs + x_off(r, 2 * k16 + (L.lane >> 4))));
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_16816<T>(c[mt][nt], af, bf[nt][0], bf[nt][1]);
+      }
+    }
+    w.tile_end(kt, nkt, acc);
+  }
+  cp_async_wait<0>();  // only empty groups are left; nothing in flight at exit
+}
+
+__device__ __forceinline__ float bias_at(const void* bias, int dt, int64_t n) {
+  if (dt == 0) return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
+  if (dt == 1) return __half2float(static_cast<const __half*>(bias)[n]);
+  return static_cast<const float*>(bias)[n];
+}
+
+// y[m, n] = round(f(acc) (+ bias in fp32, one rounding)) for the tile's elements inside M x N.
+// OUT: 0 bf16, 1 fp16, 2 fp32 (gemm::Out). f: the format's fp32 epilogue before the bias.
+template <int OUT, int MT, class F>
+__device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, const void* bias, int bias_dtype,
+                                      int64_t m, int64_t n, int64_t m0, int64_t n0, F f) {
+  const Lane L;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t row = m0 + L.wm * 16 * MT + mt * 16 + L.g + (i >> 1) * 8;
+        const int64_t col = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
+        if (row >= m || col >= n) continue;
+        float v = f(acc[mt][nt][i]);
+        if (bias != nullptr) v = __fadd_rn(v, bias_at(bias, bias_dtype, col));
+        const int64_t at = row * n + col;
+        if constexpr (OUT == 2) static_cast<float*>(y)[at] = v;
+        else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v);
+        else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
+      }
+}
+
+}  // namespace qwen38::gemm::prefill
