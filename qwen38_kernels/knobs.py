@@ -50,12 +50,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight is read "
          "once per 32 rows); dequant: dequantize once to x's dtype (exact) + one fp32-output cuBLAS GEMM "
          "+ epilogue (within the float64 bound, no row invariance, N*K*2 bytes of temporary weight); "
-         "mma: the tensor-core kernel of csrc/gemm/nvfp4_prefill_kernel.cu, the weight decoded in "
-         "registers (K a multiple of 64; within the float64 bound, each row independent of the others "
-         "and of the row count, not bit-identical to the 1..32-row kernels; no temporary); "
-         "auto: dequant from a row threshold that depends on the weight shape only: the tile table's "
-         "prefill_rows for (N, K) (the sweep's measured crossover), else the built-in rule "
-         "(csrc/gemm/nvfp4_linear.cpp, nvfp4_prefill_dequant_rows); chunked below it."),
+         "mma: the tensor-core kernel of csrc/gemm/nvfp4_prefill_kernel.cu, the weight read once and "
+         "decoded in the kernel (K a multiple of 64; within the float64 bound, each row independent of "
+         "the others and of the row count, not bit-identical to the 1..32-row kernels; no temporary); "
+         "auto: dequant (mma on a read-bound GPU, compute capability 12 such as GB10, where it serves K) "
+         "from a row threshold that depends on the weight shape only: the tile table's prefill_rows for "
+         "(N, K) (the sweep's measured crossover), else the built-in rule (csrc/gemm/nvfp4_linear.cpp, "
+         "nvfp4_prefill_dequant_rows; 33 rows on a read-bound GPU); chunked below it."),
     Knob("QWEN38_PREFILL_TILE_ROWS", "auto",
          "Rows of one CTA tile of the tensor-core prefill kernels (QWEN38_NVFP4_PREFILL=mma, "
          "QWEN38_FP8_PREFILL=mma): 64 or 128; auto: 64 up to 64 rows, else 128. Changes no bit (a row's "
@@ -73,7 +74,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_NVFP4_STREAM", "1",
          "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at every row count; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
-         "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in 128 x 128 tiles (bf16 or fp16 x; within the float64 bound, each row independent of the others, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 65 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: the crossover measured on 34816x5120 on the H200); chunked below."),
+         "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in tiles of 64 or 128 rows x 128 columns (bf16 or fp16 x; within the float64 bound, each row independent of the others and of the row count, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 64 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: measured on the H200), 33 on a read-bound GPU (compute capability 12 such as GB10: the weight read once instead of once per slice); chunked below."),
     Knob("QWEN38_FP8_STREAM", "1",
          "1 (default): the FP8 block skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4; 17..32 rows with a second m16 tile); narrow: the stream kernel at 1..16 rows only, the skinny kernel at 17..32; 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",

@@ -8,7 +8,8 @@ variants (k split x 8-row tiles per warp) on the current GPU at 1 and 16 rows (t
 and 17 and 32 rows (the 17..32-row table), and keeps only variants whose output is bit-identical to
 the default variant's at every row count 1..32. Then, with the chosen variant, it times the op's two
 ways past 32 rows - 32-row slices of the skinny kernel, and the prefill strategy (NVFP4: dequantize
-+ one GEMM; FP8: the tensor-core kernel) - at a few row counts and records per shape the row count
++ one GEMM, or on a read-bound GPU the tensor-core kernel; FP8: the tensor-core kernel) - at a few row
+counts (and at twice the rows while the strategy still loses) and records per shape the row count
 from which the prefill strategy is faster at every larger count measured (``prefill_rows``: the
 threshold the op's auto choice takes from the table). It writes ``<out>/<arch>/<table>.json`` with
 provenance (device, date, torch, metric) and the times it measured, showing progress as it goes.
@@ -41,6 +42,8 @@ REGEN_ANALYTIC = "Regenerate: python -m qwen38_kernels.sweep --analytic {arch} -
 NT_CHOICES = (1, 2, 4)
 PREFILL_ROWS = (48, 64, 65, 96, 128, 256)  # row counts the crossover is measured at (--quick: QUICK_PREFILL_ROWS)
 QUICK_PREFILL_ROWS = (64, 65, 128)
+PREFILL_EXTEND_MAX = 4096  # sweep_prefill doubles the rows up to this while the prefill strategy loses
+# the knob and auto's prefill strategy (nvfp4_linear: mma instead on a read-bound GPU, sweep_prefill)
 PREFILL_KNOB = {"nvfp4_linear": ("QWEN38_NVFP4_PREFILL", "dequant"), "fp8_block_linear": ("QWEN38_FP8_PREFILL", "mma")}
 
 
@@ -138,21 +141,32 @@ def crossover(us: dict[int, dict[str, float]], strategy: str) -> int:
 def sweep_prefill(op: str, n: int, k: int, variant: tuple[int, int, int], quick: bool = False,
                   weights: tuple | None = None) -> dict:
     """With ``variant`` registered: {"prefill_rows": crossover, "us": {rows: {"chunked": us,
-    strategy: us}}} for one shape (on ``weights``, or random ones)."""
+    strategy: us}}} for one shape (on ``weights``, or random ones): at PREFILL_ROWS (or
+    QUICK_PREFILL_ROWS), then at twice the largest count while the strategy still loses there, up to
+    PREFILL_EXTEND_MAX rows."""
     from . import _C, knobs
     fn = _call(op)
     weights = make_weights(op, n, k) if weights is None else weights
-    rows = QUICK_PREFILL_ROWS if quick else PREFILL_ROWS
-    x = torch.randn(max(rows), k, device="cuda", dtype=torch.bfloat16)
+    rows = list(QUICK_PREFILL_ROWS if quick else PREFILL_ROWS)
+    x = torch.randn(PREFILL_EXTEND_MAX, k, device="cuda", dtype=torch.bfloat16)
     knob, strategy = PREFILL_KNOB[op]
+    if op == "nvfp4_linear" and torch.cuda.get_device_capability()[0] == 12:
+        strategy = "mma"  # auto's prefill strategy on a read-bound GPU (csrc/gemm/gemm_host.h)
     _C.set_skinny_variant(op, n, k, *variant)
     us = {}
+
+    def measure(m: int) -> None:
+        us[m] = {}
+        for s in ("chunked", strategy):
+            with knobs.override(**{knob: s}):
+                us[m][s] = round(_time(fn, op, n, k, m, weights, x), 3)
     try:
         for m in rows:
-            us[m] = {}
-            for s in ("chunked", strategy):
-                with knobs.override(**{knob: s}):
-                    us[m][s] = round(_time(fn, op, n, k, m, weights, x), 3)
+            measure(m)
+        # where the strategy still loses at the largest count, twice the rows until it wins (narrow
+        # weights stream fast in slices while a tensor-core grid of one column tile does not fill the GPU)
+        while us[max(us)][strategy] >= us[max(us)]["chunked"] and 2 * max(us) <= PREFILL_EXTEND_MAX:
+            measure(2 * max(us))
     finally:
         _C.clear_skinny_variants(op)
     return {"prefill_rows": crossover(us, strategy), "us": us}
@@ -230,7 +244,9 @@ def run_analytic(arch: str, out: Path) -> None:
         raise SystemExit(f"--analytic knows sm_121 (GB10) only, got {arch}")
     sms = 48
     metric = (f"analytic, not measured: GB10 ({sms} SMs, 99 KB shared memory per block, ~230 GB/s); default "
-              "k split, most tiles per warp leaving >= 8 warps per SM (the kernels use <= 16 KB of shared memory)")
+              "k split, most tiles per warp leaving >= 8 warps per SM (the kernels use <= 16 KB of shared memory); "
+              "no prefill_rows: past 32 rows the ops' read-bound rule takes the mma kernels from 33 rows "
+              "(prefill_read_bound in csrc/gemm/gemm_host.h)")
     prov = _provenance(True, metric)
     narrow, wide, fp8 = {}, {}, {}
     for s in _shapes.WEIGHT_SHAPES:

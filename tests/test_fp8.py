@@ -209,7 +209,7 @@ def test_prefill_strategies_within_the_float64_bound(strategy, m, n, k):
 
 @pytest.mark.gpu
 def test_prefill_auto_threshold_and_fp16(skinny_variant):
-    """auto: chunked up to 64 rows (each row = its 1-row call), mma from 65 rows (kMmaRows; the
+    """auto: chunked up to 63 rows (each row = its 1-row call), mma from 64 rows (kMmaRows; the
     forced mma strategy's bits, which differ from the chunked ones somewhere, within the bound), for
     bf16 and fp16 x alike; dequant forced on fp16 is refused with a clear error; bad knob values are
     named. The shape's table entry is replaced by one without prefill_rows, so the rule decides
@@ -220,17 +220,17 @@ def test_prefill_auto_threshold_and_fp16(skinny_variant):
     skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     for dt in (torch.bfloat16, torch.float16):
-        x = qt.randn_nonzero(65, k, dtype=dt, device="cuda", seed=3)
-        y64 = _call(x[:64], w)
-        for r in (0, 33, 63):
-            qt.assert_bitwise_equal(y64[r:r + 1], _call(x[r:r + 1], w), f"auto at 64 rows ({dt}): row {r}")
-        y65 = _call(x, w)
+        x = qt.randn_nonzero(64, k, dtype=dt, device="cuda", seed=3)
+        y63 = _call(x[:63], w)
+        for r in (0, 33, 62):
+            qt.assert_bitwise_equal(y63[r:r + 1], _call(x[r:r + 1], w), f"auto at 63 rows ({dt}): row {r}")
+        y64 = _call(x, w)
         with q.knobs.override(QWEN38_FP8_PREFILL="mma"):
-            qt.assert_bitwise_equal(y65, _call(x, w), f"auto at 65 rows ({dt}) is the mma strategy")
+            qt.assert_bitwise_equal(y64, _call(x, w), f"auto at 64 rows ({dt}) is the mma strategy")
         with q.knobs.override(QWEN38_FP8_PREFILL="chunked"):
-            c65 = _call(x, w)
-        assert not torch.equal(y65.view(torch.int16), c65.view(torch.int16)), f"auto at 65 rows ({dt}) took chunked"
-        _check_bound(y65, x, w, None, f"auto at 65 rows ({dt})")
+            c64 = _call(x, w)
+        assert not torch.equal(y64.view(torch.int16), c64.view(torch.int16)), f"auto at 64 rows ({dt}) took chunked"
+        _check_bound(y64, x, w, None, f"auto at 64 rows ({dt})")
     x16 = x.half()
     with q.knobs.override(QWEN38_FP8_PREFILL="dequant"):
         with pytest.raises(ValueError, match=r"qwen38\.fp8_block_linear: QWEN38_FP8_PREFILL=dequant serves bfloat16"):

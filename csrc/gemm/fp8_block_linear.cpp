@@ -12,7 +12,8 @@
 //            invariance. N is taken in slices whose three terms fit kSplitBytes; the fp32
 //            accumulator is y itself for fp32 output, else at most kAccBytes of rows at a time.
 //   auto     mma from the tile table's prefill_rows for the weight shape (measured by the sweep) or,
-//            without one, from kMmaRows (65) rows on; chunked below; dequant only when asked for.
+//            without one, from kMmaRows (64) rows on (33 on a read-bound GPU: prefill_read_bound);
+//            chunked below; dequant only when asked for.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -44,14 +45,12 @@ constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of 
 constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
 constexpr int64_t kMinGemmRows = 256;
 
-// Rows from which "auto" takes the mma strategy. Measured on the H200 (session 11,
-// benchmarks/results/h200/fp8.md, 34816x5120): mma 255.7 / 783.8 us at 64 / 512 rows (a 128-row
-// tile costs about the same at 64 rows as at 128), chunked 215.0 / 1808 us (the skinny kernel at 32
-// rows, ~107 us a slice), dequant 659.8 / 1178 us. At 64 rows chunked is faster (two slices); at 65
-// a third slice (+~57 us at 1 row) puts it above one mma row tile, and every further slice widens
-// the gap. Both costs scale with N x K, so the crossover is about the same for every shape. dequant
-// is slower than mma at both row counts measured and is kept for A/B timing only.
-constexpr int64_t kMmaRows = 65;
+// Rows from which "auto" takes the mma strategy where the tile table gives none (and the GPU is not
+// read-bound: prefill_read_bound). Measured on the H200 (session 12, benchmarks/lab/prefill_ab.py):
+// at 64 rows the mma kernel (64-row tiles) took 167 us on 34816x5120 and 64.8 on 10240x5120, 32-row
+// slices 214.6 and 89.1 (two slices); at 48 rows the slices cost about 1.5 x 107 us. Session 11's
+// kernel (128-row tiles, two stages of 128 k) took 256 us at 64 rows, when the rule was 65.
+constexpr int64_t kMmaRows = 64;
 
 #if QWEN38_HAVE_CUBLASLT
 // D[m, nn] (fp32, row stride ldd) = x[m, K] t[nn, K]^T + beta D (beta 0 or 1): one cuBLASLt matmul
@@ -186,7 +185,8 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   if (m > kSkinnyMaxRows) {
     const Prefill mode = prefill_mode(kOp, "QWEN38_FP8_PREFILL", true);
-    const int64_t mma_rows = v.prefill_rows > 0 ? v.prefill_rows : kMmaRows;  // the table's, else the rule
+    // the table's, else the rule
+    const int64_t mma_rows = v.prefill_rows > 0 ? v.prefill_rows : prefill_read_bound(x) ? kSkinnyMaxRows + 1 : kMmaRows;
     if (mode == Prefill::kMma || (mode == Prefill::kAuto && m >= mma_rows)) {
       p.m = m;
       p.tile_rows = prefill_tile_rows(kOp);

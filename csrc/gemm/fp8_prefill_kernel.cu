@@ -38,7 +38,6 @@ namespace {
 
 using prefill::kBK;
 using prefill::kBN;
-using prefill::kStages;
 using prefill::kThreads;
 
 // Two e4m3 bytes (low byte = lower k) -> the B register for x's type, exactly.
@@ -56,7 +55,10 @@ __device__ __forceinline__ int w_off(int n, int c) { return n * kBK + ((c ^ ((n 
 // The e4m3 weight of prefill_mma.cuh's main loop: block sums in blk, folded into acc with the
 // block's scale after the second stage of each 128-wide block (or the last stage).
 template <typename T, int MT> struct Fp8Weight {
+  static constexpr int kStages = 4;              // 4 x (x + 8 KB): 96 KB at MT 4
   static constexpr int kStageBytes = kBN * kBK;  // 8 KB
+  static constexpr bool kSmemB = false;          // B decoded by each warp into registers
+  static constexpr int kUnroll = 4;
   const uint8_t* w;   // this thread's first chunk (row n0 + tid / 4, k 16 (tid % 4)), or the weight
   const uint8_t* w0;
   int64_t n, k;
@@ -82,18 +84,18 @@ template <typename T, int MT> struct Fp8Weight {
       cp_async16(ws + so + i * 64 * kBK, ok ? w + i * 64 * k + k0 : w0, ok ? 16 : 0);
     }
   }
-  using Acc = float[MT][4][4];
-  __device__ __forceinline__ Acc& sums(Acc&, int kt) {
-    if ((kt & 1) == 0) zero_fill(blk);
-    return blk;
-  }
-  __device__ __forceinline__ void b_frags(const unsigned char* ws, int, int k16, uint32_t (&bf)[4][2]) const {
+  __device__ __forceinline__ void b_frags(const unsigned char* ws, int k16, uint32_t (&bf)[4][2]) const {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const unsigned char* wr = ws + w_off(L.wn * 32 + nt * 8 + L.g, k16);
       bf[nt][0] = b_pair<T>(*reinterpret_cast<const uint16_t*>(wr + 2 * L.t));
       bf[nt][1] = b_pair<T>(*reinterpret_cast<const uint16_t*>(wr + 8 + 2 * L.t));
     }
+  }
+  using Acc = float[MT][4][4];
+  __device__ __forceinline__ Acc& sums(Acc&, int kt) {
+    if ((kt & 1) == 0) zero_fill(blk);
+    return blk;
   }
   __device__ __forceinline__ void tile_end(int kt, int nkt, Acc& acc) const {
     if ((kt & 1) == 0 && kt + 1 < nkt) return;  // the block's second stage follows
@@ -107,9 +109,7 @@ template <typename T, int MT> struct Fp8Weight {
   }
 };
 
-template <int MT> constexpr int smem_bytes() {
-  return kStages * (prefill::Tile<MT>::kXBytes + Fp8Weight<__half, MT>::kStageBytes);
-}
+template <int MT> constexpr int smem_bytes() { return prefill::smem_bytes<MT, Fp8Weight<__half, MT>>(); }
 static_assert(smem_bytes<4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
 // MT 2: two CTAs an SM where the shared memory allows (64 KB each on sm_90a).
@@ -128,39 +128,16 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1) fp8_prefill_kernel(
   prefill::store<OUT>(acc, p.y, p.bias, p.bias_dtype, p.m, p.n, m0, n0, [](float v) { return v; });
 }
 
-template <typename T, int OUT, int MT>
-cudaError_t launch_tiles(const Fp8BlockParams& p, bool pdl, cudaStream_t stream) {
-  auto kernel = fp8_prefill_kernel<T, OUT, MT>;
-  constexpr int kSmem = smem_bytes<MT>();
-  // above the default 48 KB a block must opt in (per device; not a stream operation)
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (attr != cudaSuccess) return attr;
-  constexpr int kBM = prefill::Tile<MT>::kBM;
-  const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
-  return launch_kernel(kernel, grid, dim3(kThreads), size_t(kSmem), stream, pdl, p);
-}
-
-template <typename T, int OUT>
-cudaError_t launch_typed(const Fp8BlockParams& p, bool pdl, cudaStream_t stream) {
-  const int rows = p.tile_rows != 0 ? p.tile_rows : p.m <= 64 ? 64 : 128;
-  return rows == 64 ? launch_tiles<T, OUT, 2>(p, pdl, stream) : launch_tiles<T, OUT, 4>(p, pdl, stream);
-}
-
-template <typename T>
-cudaError_t launch_act(const Fp8BlockParams& p, bool pdl, cudaStream_t stream) {
-  switch (p.out) {
-    case int(Out::kF32): return launch_typed<T, int(Out::kF32)>(p, pdl, stream);
-    case int(Out::kF16): return launch_typed<T, int(Out::kF16)>(p, pdl, stream);
-    default: return launch_typed<T, int(Out::kBF16)>(p, pdl, stream);
-  }
-}
+struct Kernels {
+  template <typename T, int OUT, int MT> static constexpr auto kernel() { return fp8_prefill_kernel<T, OUT, MT>; }
+  template <int MT> static constexpr int smem() { return smem_bytes<MT>(); }
+};
 
 }  // namespace
 
 cudaError_t launch_fp8_prefill(Act act, const Fp8BlockParams& p, bool pdl, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0) return cudaSuccess;
-  if (p.k <= 0 || p.k % 16 != 0 || (p.n + kBN - 1) / kBN > 65535) return cudaErrorInvalidValue;
-  return act == Act::kBF16 ? launch_act<__nv_bfloat16>(p, pdl, stream) : launch_act<__half>(p, pdl, stream);
+  if (p.m != 0 && p.n != 0 && (p.k <= 0 || p.k % 16 != 0)) return cudaErrorInvalidValue;
+  return prefill::launch<Kernels>(act == Act::kBF16, p, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

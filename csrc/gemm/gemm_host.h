@@ -28,6 +28,24 @@ inline Prefill prefill_mode(const char* op, const char* knob, bool mma_ok = fals
   return Prefill::kAuto;
 }
 
+// Whether `on`'s GPU reads its weights far slower than it multiplies them (compute capability 12:
+// GB10, whose ~230 GB/s stream a 34816x5120 NVFP4 weight in ~435 us). There the tensor-core prefill
+// kernels read the weight once where 32-row slices read it ceil(M / 32) times and the NVFP4 dequant
+// strategy writes and reads a 16-bit copy (3.6x the weight's bytes), so "auto" takes mma from 33 rows
+// where a tile table gives no prefill_rows: a rule from the bytes moved, not measured (no such GPU
+// here). Cached per device.
+inline bool prefill_read_bound(const at::Tensor& on) {
+  static int major[64] = {};
+  const int d = on.device().index();
+  if (d < 0 || d >= 64) return false;
+  if (major[d] == 0) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) return false;
+    major[d] = prop.major;
+  }
+  return major[d] == 12;
+}
+
 // QWEN38_PREFILL_TILE_ROWS: rows of one CTA tile of the tensor-core prefill kernels (0: by the row
 // count). A launch detail that changes no bit (a row's sum runs over K in the same mma steps).
 inline int prefill_tile_rows(const char* op) {

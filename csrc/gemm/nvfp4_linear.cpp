@@ -17,9 +17,13 @@
 //                order is cuBLAS's (it may depend on M): no row invariance. Extra memory: N*K*2 bytes
 //                for the weight (356 MB at 34816x5120) and, on the fallback with a 16-bit output, an
 //                fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
-//   "auto" (default) takes "dequant" from the tile table's prefill_rows for the weight shape (the
-//   sweep's measured crossover) or, without one, from nvfp4_prefill_dequant_rows(N, K) rows on,
-//   "chunked" below;
+//     "mma"      the tensor-core kernel of nvfp4_prefill_kernel.cu (K a multiple of 64): the weight
+//                read once and decoded in the kernel, no temporary; within the float64 bound, each row
+//                independent of the others and of the row count.
+//   "auto" (default) leaves "chunked" from the tile table's prefill_rows for the weight shape (the
+//   sweep's measured crossover) or, without one, from nvfp4_prefill_dequant_rows(N, K) rows on, for
+//   "dequant"; on a read-bound GPU (prefill_read_bound: compute capability 12, GB10) for "mma" where
+//   it serves K, from 33 rows by default;
 //   QWEN38_NVFP4_PREFILL=chunked|dequant|auto forces one (tests, A/B timing) and
 //   QWEN38_NVFP4_PREFILL_ROWS=<rows> replaces the threshold of "auto" (tuning without a rebuild).
 #include <ATen/ATen.h>
@@ -94,10 +98,14 @@ int l2_span() {
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-// The knob, else the tile table's measured row count for the shape (v: its variant), else the rule.
-int64_t dequant_rows(int64_t n, int64_t k, const SkinnyVariant& v) {
+// Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
+// for the shape (v: its variant), else the rule (33 where auto's strategy is mma: prefill_read_bound).
+int64_t prefill_rows(int64_t n, int64_t k, const SkinnyVariant& v, bool auto_mma) {
   const char* e = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
-  if (e == nullptr || *e == '\0') return v.prefill_rows > 0 ? v.prefill_rows : nvfp4_prefill_dequant_rows(n, k);
+  if (e == nullptr || *e == '\0') {
+    if (v.prefill_rows > 0) return v.prefill_rows;
+    return auto_mma ? kSkinnyMaxRows + 1 : nvfp4_prefill_dequant_rows(n, k);
+  }
   char* end = nullptr;
   const long long r = std::strtoll(e, &end, 10);
   TORCH_CHECK_VALUE(end != e && *end == '\0' && r > 0, "qwen38.", kOp,
@@ -271,8 +279,11 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
     TORCH_CHECK_VALUE(mode != Prefill::kMma || nvfp4_prefill_serves(k), "qwen38.", kOp,
                       ": QWEN38_NVFP4_PREFILL=mma serves K a multiple of 64, got K = ", num(k),
                       " (use auto, chunked or dequant)");
-    mma = mode == Prefill::kMma;
-    dequant = mode == Prefill::kDequant || (mode == Prefill::kAuto && m >= dequant_rows(n, k, v));
+    // auto's prefill strategy: mma on a read-bound GPU where it serves K, else dequant
+    const bool auto_mma = prefill_read_bound(x) && nvfp4_prefill_serves(k);
+    const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma);
+    mma = mode == Prefill::kMma || (past && auto_mma);
+    dequant = mode == Prefill::kDequant || (past && !auto_mma);
   }
   if (dequant) {
     run_dequant(x, w_packed, w_scale, w_global, bias, bias_dtype, y, od, m, n, k, x_stride, stream);

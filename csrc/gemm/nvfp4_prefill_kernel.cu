@@ -35,7 +35,6 @@ namespace {
 
 using prefill::kBK;
 using prefill::kBN;
-using prefill::kStages;
 using prefill::kThreads;
 
 constexpr int kWBytes = kBN * kBK / 2;  // 4 KB of packed weights a stage
@@ -43,9 +42,12 @@ constexpr int kWBytes = kBN * kBK / 2;  // 4 KB of packed weights a stage
 __device__ __forceinline__ int w_off(int n, int c) { return n * (kBK / 2) + ((c ^ ((n >> 2) & 1)) << 4); }
 
 template <typename T, int MT> struct Nvfp4Weight {
+  static constexpr int kStages = 4;                      // 4 x (x + 4.5 KB) + 16 KB: 98 KB at MT 4
   static constexpr int kStageBytes = kWBytes + kBN * 4;  // + 4 scales a row
-  using T2 = typename nvfp4::PairDecode<T>::T2;
+  static constexpr bool kSmemB = true;                   // decoded once per CTA (prefill_mma.cuh)
+  static constexpr int kUnroll = 2;                      // 128 registers: two CTAs an SM
   using Acc = float[MT][4][4];
+  using T2 = typename nvfp4::PairDecode<T>::T2;
   const uint8_t* w;      // this thread's chunk (row n0 + tid / 2, bytes 16 (tid % 2)), or the weight
   const uint8_t* sc;     // (tid < 128) row n0 + tid's scales, or the scales
   const uint8_t* w0;
@@ -54,7 +56,6 @@ template <typename T, int MT> struct Nvfp4Weight {
   prefill::Lane L;
   bool ok, sok;
   int so;
-  T2 s2[4][4];  // [nt][step]: the pair multipliers of this lane's rows in the current stage
 
   __device__ __forceinline__ Nvfp4Weight(const uint8_t* w_, const uint8_t* scale_, int64_t n, int64_t k_, int64_t n0)
       : w0(w_), sc0(scale_), k(k_) {
@@ -69,33 +70,30 @@ template <typename T, int MT> struct Nvfp4Weight {
     cp_async16(ws + so, ok ? w + int64_t(kt) * (kBK / 2) : w0, ok ? 16 : 0);
     if (L.tid < kBN) cp_async4(ws + kWBytes + 4 * L.tid, sok ? sc + int64_t(kt) * (kBK / 16) : sc0, sok ? 4 : 0);
   }
-  __device__ __forceinline__ Acc& sums(Acc& acc, int) { return acc; }
-  __device__ __forceinline__ void b_frags(const unsigned char* ws, int, int k16, uint32_t (&bf)[4][2]) {
-    if (k16 == 0) {  // the stage's multipliers, once
+  // The thread's chunk (the one it copied: 32 e2m1 of row tid / 2, k 32 (tid % 2) ..) and its two
+  // block scales -> 32 values v s 2^-7 in natural k order (decode_word gives the pairs (i, i + 4)
+  // of a word: re-paired by byte permutes).
+  __device__ __forceinline__ void decode(const unsigned char* ws, unsigned char* wt) const {
+    const int r = L.tid >> 1, c = L.tid & 1;
+    const uint4 raw = *reinterpret_cast<const uint4*>(ws + so);
+    const uint16_t sc2 = *reinterpret_cast<const uint16_t*>(ws + kWBytes + 4 * r + 2 * c);
+    const __half2 sh = nvfp4::e4m3x2_to_h2(sc2);  // scales of k 32c .. +15 (low) and +16 .. +31
+    const T2 s_lo = nvfp4::PairDecode<T>::scale(__low2half(sh)), s_hi = nvfp4::PairDecode<T>::scale(__high2half(sh));
+    const uint32_t wd[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const uint32_t sc = *reinterpret_cast<const uint32_t*>(ws + kWBytes + 4 * (L.wn * 32 + nt * 8 + L.g));
-        const __half2 lo = nvfp4::e4m3x2_to_h2(uint16_t(sc & 0xffffu)), hi = nvfp4::e4m3x2_to_h2(uint16_t(sc >> 16));
-        s2[nt][0] = nvfp4::PairDecode<T>::scale(__low2half(lo));
-        s2[nt][1] = nvfp4::PairDecode<T>::scale(__high2half(lo));
-        s2[nt][2] = nvfp4::PairDecode<T>::scale(__low2half(hi));
-        s2[nt][3] = nvfp4::PairDecode<T>::scale(__high2half(hi));
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int row = L.wn * 32 + nt * 8 + L.g;
-      const unsigned char* wr = ws + w_off(row, k16 >> 1) + 8 * (k16 & 1);
-      bf[nt][0] = nvfp4::decode_byte<T>(wr[L.t], s2[nt][k16]);
-      bf[nt][1] = nvfp4::decode_byte<T>(wr[4 + L.t], s2[nt][k16]);
+    for (int j = 0; j < 4; ++j) {  // word j: k 32c + 8j .. + 7
+      uint32_t p[4];
+      nvfp4::decode_word<T>(p, wd[j], j < 2 ? s_lo : s_hi);
+      const uint4 o = make_uint4(__byte_perm(p[0], p[1], 0x5410), __byte_perm(p[2], p[3], 0x5410),
+                                 __byte_perm(p[0], p[1], 0x7632), __byte_perm(p[2], p[3], 0x7632));
+      *reinterpret_cast<uint4*>(wt + prefill::x_off(r, 4 * c + j)) = o;
     }
   }
+  __device__ __forceinline__ Acc& sums(Acc& acc, int) { return acc; }
   __device__ __forceinline__ void tile_end(int, int, Acc&) const {}
 };
 
-template <int MT> constexpr int smem_bytes() {
-  return kStages * (prefill::Tile<MT>::kXBytes + Nvfp4Weight<__half, MT>::kStageBytes);
-}
+template <int MT> constexpr int smem_bytes() { return prefill::smem_bytes<MT, Nvfp4Weight<__half, MT>>(); }
 static_assert(smem_bytes<4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
 // Two CTAs an SM (at most 128 registers; 2 x 82 KB of shared memory on sm_90a).
@@ -116,40 +114,18 @@ __global__ void __launch_bounds__(kThreads, 2) nvfp4_prefill_kernel(const Nvfp4P
                       [gs](float v) { return __fmul_rn(v * nvfp4::kPairUnscale, gs); });
 }
 
-template <typename T, int OUT, int MT>
-cudaError_t launch_tiles(const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  auto kernel = nvfp4_prefill_kernel<T, OUT, MT>;
-  constexpr int kSmem = smem_bytes<MT>();
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (attr != cudaSuccess) return attr;
-  constexpr int kBM = prefill::Tile<MT>::kBM;
-  const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
-  return launch_kernel(kernel, grid, dim3(kThreads), size_t(kSmem), stream, pdl, p);
-}
-
-template <typename T, int OUT>
-cudaError_t launch_typed(const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  const int rows = p.tile_rows != 0 ? p.tile_rows : p.m <= 64 ? 64 : 128;
-  return rows == 64 ? launch_tiles<T, OUT, 2>(p, pdl, stream) : launch_tiles<T, OUT, 4>(p, pdl, stream);
-}
-
-template <typename T>
-cudaError_t launch_act(const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  switch (p.out) {
-    case int(Out::kF32): return launch_typed<T, int(Out::kF32)>(p, pdl, stream);
-    case int(Out::kF16): return launch_typed<T, int(Out::kF16)>(p, pdl, stream);
-    default: return launch_typed<T, int(Out::kBF16)>(p, pdl, stream);
-  }
-}
+struct Kernels {
+  template <typename T, int OUT, int MT> static constexpr auto kernel() { return nvfp4_prefill_kernel<T, OUT, MT>; }
+  template <int MT> static constexpr int smem() { return smem_bytes<MT>(); }
+};
 
 }  // namespace
 
 bool nvfp4_prefill_serves(int64_t k) { return k > 0 && k % kBK == 0; }
 
 cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0) return cudaSuccess;
-  if (!nvfp4_prefill_serves(p.k) || (p.n + kBN - 1) / kBN > 65535) return cudaErrorInvalidValue;
-  return act == Act::kBF16 ? launch_act<__nv_bfloat16>(p, pdl, stream) : launch_act<__half>(p, pdl, stream);
+  if (p.m != 0 && p.n != 0 && !nvfp4_prefill_serves(p.k)) return cudaErrorInvalidValue;
+  return prefill::launch<Kernels>(act == Act::kBF16, p, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

@@ -1,24 +1,38 @@
 // The tile machinery shared by the tensor-core prefill kernels (fp8_prefill_kernel.cu,
 // nvfp4_prefill_kernel.cu): more than 32 rows of x against a quantized weight, mma.sync m16n8k16
-// with fp32 accumulators, the weight decoded exactly into B fragments in registers. Torch-free.
+// with fp32 accumulators. Torch-free.
 //
 // A CTA of 8 warps computes BM = 32 MT rows x 128 output columns: 2 x 4 warps of 16 MT rows x 32
-// columns (MT m16 tiles x 4 n8 tiles: 4 MT mma per k16 step). K streams through kStages
-// shared-memory stages of kBK = 64 (cp.async, one barrier per stage): while stage kt is multiplied,
-// stages kt + 1 .. kt + kStages - 1 are in flight (the copy of stage kt + kStages - 1 goes out right
-// after the barrier that ends the use of its buffer).
-//   x tile: row r (BM) of 8 16-byte chunks (8 elements), chunk c at position c ^ (r % 8):
-//           ldmatrix.x4 reads 8 rows of one logical chunk from 8 different bank groups.
-//   w tile: the weight format's own layout (W::load, W::b_frags).
-// Chunks past M or K are zero-filled by cp.async (their products are zeros); rows and columns past
-// the edges are never stored.
+// columns (MT m16 tiles x 4 n8 tiles: 4 MT mma per k16 step). K streams through W::kStages
+// shared-memory stages of kBK = 64 (cp.async): while stage kt is multiplied, stages kt + 1 ..
+// kt + kStages - 1 are in flight (the copy of stage kt + kStages - 1 goes out right after the
+// barrier that ends the use of its buffer). Per stage:
+//   1. wait for stage kt, barrier;
+//   2. issue the copies of stage kt + kStages - 1;
+//   3. (W::kSmemB) every thread decodes its share of the stage's weights (W::decode: 16 pairs a
+//      thread) into the 16-bit weight tile, exactly; barrier;
+//   4. the mma steps: A fragments by ldmatrix.x4; B fragments by ldmatrix.x4 from the weight tile
+//      (kSmemB) or decoded by each warp from the raw stage into registers (W::b_frags).
+// Decoding once per CTA (kSmemB) halves the decode work (in registers each warp-row decodes its own
+// copy, and each lane the scales of its rows) for a second barrier a stage and 16 KB: measured in
+// session 12 (benchmarks/lab/prefill_ab.py on the H200), 5% faster for NVFP4 (where the decode and
+// scales are the larger share), 15% slower for FP8 (a 3-instruction decode a pair, and one stage
+// less to stay within 99 KB).
+//   x tile and 16-bit weight tile: row r (BM, or 128 weight rows) of 8 16-byte chunks (8 elements),
+//           chunk c at position c ^ (r % 8): ldmatrix.x4 reads 8 rows of one logical chunk from 8
+//           different bank groups. The weight tile [n][k] read without transposition gives B
+//           fragments (b0 = k 2t..2t+1 of column g is row g's elements 2t, 2t+1).
+//   raw weight stage: the format's layout (W::load, W::decode).
+// Chunks past M, N or K are zero-filled by cp.async (their products are zeros); rows and columns
+// past the edges are never stored.
 //
 // The weight policy W provides:
-//   kStageBytes                       its bytes of one stage
+//   kStages, kStageBytes, kSmemB      stages, its raw bytes of one stage, and where B is decoded
 //   load(ws, kt)                      issue the cp.async copies of K tile kt into ws (every thread calls)
+//   decode(ws, wt)                    (kSmemB) its share of the landed stage ws into the 16-bit tile wt
+//   b_frags(ws, k16, bf)              (!kSmemB) the B fragments of step k16 (0..3) of the stage for this
+//                                     thread's 4 n8 tiles (columns wn * 32 + nt * 8 + g)
 //   sums(acc, kt) -> float[MT][4][4]& the accumulators tile kt's products go to
-//   b_frags(ws, kt, k16, bf)          the B fragments of step k16 (0..3) of the tile for this thread's
-//                                     4 n8 tiles (columns wn * 32 + nt * 8 + g)
 //   tile_end(kt, nkt, acc)            after the tile's products (e.g. a block scale)
 #pragma once
 
@@ -28,14 +42,16 @@
 #include <cstdint>
 
 #include "common/cp_async.cuh"
+#include "common/launch.cuh"
 #include "common/mma.cuh"
+#include "gemm/nvfp4_linear_launch.h"  // Out
 
 namespace qwen38::gemm::prefill {
 
 constexpr int kBN = 128;           // output columns of a CTA
 constexpr int kBK = 64;            // K of one stage
 constexpr int kThreads = 256;      // 8 warps: 2 (rows) x 4 (columns)
-constexpr int kStages = 4;
+constexpr int kWTileBytes = kBN * kBK * 2;  // the decoded 16-bit weight tile
 
 template <int MT> struct Tile {
   static constexpr int kBM = 32 * MT;                 // rows of a CTA
@@ -97,42 +113,67 @@ template <int MT, typename T> struct XLoader {
   }
 };
 
+// Shared memory of the main loop: W::kStages stages of x and raw weights, then the weight tile.
+template <int MT, class W> constexpr int smem_bytes() {
+  return W::kStages * (Tile<MT>::kXBytes + W::kStageBytes) + (W::kSmemB ? kWTileBytes : 0);
+}
+
 // The main loop: acc[mt][nt] (rows m0 + wm * 16 MT + mt * 16 + {g, g + 8}, columns n0 + wn * 32 +
-// nt * 8 + {2t, 2t + 1}) as W directs. smem: kStages * (Tile<MT>::kXBytes + W::kStageBytes) bytes.
+// nt * 8 + {2t, 2t + 1}) as W directs. smem: smem_bytes<MT, W>().
 template <int MT, typename T, class W>
 __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m, int64_t k, int64_t m0, W& w,
                                          unsigned char* smem, float (&acc)[MT][4][4]) {
-  constexpr int kX = Tile<MT>::kXBytes, kStage = kX + W::kStageBytes;
+  constexpr int kS = W::kStages, kX = Tile<MT>::kXBytes, kStage = kX + W::kStageBytes;
   const Lane L;
   const int nkt = int((k + kBK - 1) / kBK);
   const XLoader<MT, T> xl(x, x_stride, m, k, m0, L.tid);
+  unsigned char* wt = smem + kS * kStage;
   auto load = [&](int kt) {
-    unsigned char* st = smem + (kt % kStages) * kStage;
+    unsigned char* st = smem + (kt % kS) * kStage;
     xl.load(st, kt);
     w.load(st + kX, kt);
   };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kS - 1; ++s) {
     if (s < nkt) load(s);
     cp_async_commit();
   }
+  // ldmatrix rows of this lane: A (tile mt: + mt * 16) and B (n8 tiles 2j, 2j + 1: + j * 16)
+  const int a_row = L.wm * 16 * MT + ((L.lane >> 3) & 1) * 8 + (L.lane & 7), a_chunk = L.lane >> 4;
+  const int b_row = L.wn * 32 + (L.lane >> 4) * 8 + (L.lane & 7), b_chunk = (L.lane >> 3) & 1;
   for (int kt = 0; kt < nkt; ++kt) {
-    cp_async_wait<kStages - 2>();  // every group but the newest kStages - 2: tile kt has landed
-    __syncthreads();               // ... for every thread; and tile kt - 1's buffer is free
-    if (kt + kStages - 1 < nkt) load(kt + kStages - 1);
+    cp_async_wait<kS - 2>();  // every group but the newest kS - 2: tile kt has landed
+    __syncthreads();          // ... for every thread; tile kt - 1's buffers (and wt) are free
+    if (kt + kS - 1 < nkt) load(kt + kS - 1);
     cp_async_commit();
-    const unsigned char* xs = smem + (kt % kStages) * kStage;
-    const unsigned char* ws = xs + kX;
+    const unsigned char* xs = smem + (kt % kS) * kStage;
+    if constexpr (W::kSmemB) {
+      w.decode(xs + kX, wt);
+      __syncthreads();        // the weight tile is whole
+    }
     float(&c)[MT][4][4] = w.sums(acc, kt);
-#pragma unroll
+    // W::kUnroll k16 steps at a time (fully unrolled, ptxas hoists the fragments of all four steps:
+    // 162 registers for the NVFP4 kernel at MT 4, where two CTAs an SM allow 128)
+#pragma unroll(W::kUnroll)
     for (int k16 = 0; k16 < kBK / 16; ++k16) {
       uint32_t bf[4][2];
-      w.b_frags(ws, kt, k16, bf);
+      if constexpr (W::kSmemB) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          uint32_t r[4];
+          ldmatrix_x4(r, smem_addr(wt + x_off(b_row + 16 * j, 2 * k16 + b_chunk)));
+          bf[2 * j][0] = r[0];
+          bf[2 * j][1] = r[1];
+          bf[2 * j + 1][0] = r[2];
+          bf[2 * j + 1][1] = r[3];
+        }
+      } else {
+        w.b_frags(xs + kX, k16, bf);
+      }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t af[4];
-        const int r = L.wm * 16 * MT + mt * 16 + ((L.lane >> 3) & 1) * 8 + (L.lane & 7);
-        ldmatrix_x4(af, smem_addr(xs + x_off(r, 2 * k16 + (L.lane >> 4))));
+        ldmatrix_x4(af, smem_addr(xs + x_off(a_row + mt * 16, 2 * k16 + a_chunk)));
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) mma_16816<T>(c[mt][nt], af, bf[nt][0], bf[nt][1]);
       }
@@ -170,6 +211,43 @@ __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, con
         else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v);
         else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
       }
+}
+
+// The launch of a prefill kernel family K (K::kernel<T, OUT, MT>() -> the __global__ function taking
+// P, K::smem<MT>() -> its dynamic shared memory): grid (row tiles, 128-column tiles), kThreads; tiles
+// of p.tile_rows rows (0: 64 up to 64 rows, else 128), OUT from p.out, T from bf16.
+template <class K, typename T, int OUT, int MT, class P>
+cudaError_t launch_tiles(const P& p, bool pdl, cudaStream_t stream) {
+  auto kernel = K::template kernel<T, OUT, MT>();
+  constexpr int kSmem = K::template smem<MT>();
+  // above the default 48 KB a block must opt in (per device; not a stream operation)
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  constexpr int kBM = Tile<MT>::kBM;
+  const dim3 grid(unsigned((p.m + kBM - 1) / kBM), unsigned((p.n + kBN - 1) / kBN));
+  return launch_kernel(kernel, grid, dim3(kThreads), size_t(kSmem), stream, pdl, p);
+}
+
+template <class K, typename T, int OUT, class P>
+cudaError_t launch_rows(const P& p, bool pdl, cudaStream_t stream) {
+  const int rows = p.tile_rows != 0 ? p.tile_rows : p.m <= 64 ? 64 : 128;
+  return rows == 64 ? launch_tiles<K, T, OUT, 2>(p, pdl, stream) : launch_tiles<K, T, OUT, 4>(p, pdl, stream);
+}
+
+template <class K, typename T, class P>
+cudaError_t launch_out(const P& p, bool pdl, cudaStream_t stream) {
+  switch (p.out) {
+    case int(Out::kF32): return launch_rows<K, T, int(Out::kF32)>(p, pdl, stream);
+    case int(Out::kF16): return launch_rows<K, T, int(Out::kF16)>(p, pdl, stream);
+    default: return launch_rows<K, T, int(Out::kBF16)>(p, pdl, stream);
+  }
+}
+
+template <class K, class P>
+cudaError_t launch(bool bf16, const P& p, bool pdl, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  if ((p.n + kBN - 1) / kBN > 65535) return cudaErrorInvalidValue;
+  return bf16 ? launch_out<K, __nv_bfloat16>(p, pdl, stream) : launch_out<K, __half>(p, pdl, stream);
 }
 
 }  // namespace qwen38::gemm::prefill
