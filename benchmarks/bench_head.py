@@ -7,15 +7,17 @@ fused greedy epilogue: 12 bytes a row written instead of 4 V); x bf16 [M, 5120],
 V = 248320 (Qwen3.8-27B's untied lm_head; the full run adds a 32768-row sliced draft vocabulary),
 M = 1..32 rows (decode and speculative verify).
 Providers:
-  qwen38             head_logits
+  qwen38             head_logits (the default kernel: QWEN38_HEAD_KERNEL=tiles since session 12)
   qwen38 argmax      head_argmax
   cuBLAS bf16+cast   ``F.linear(x, w).float()``: bf16 logits (rounded) cast to fp32, the usual head
   cuBLAS fp32 out    ``torch.mm(x, w.t(), out_dtype=torch.float32)`` where this torch has it (the same
                      contract as ours: fp32 logits, no bf16 rounding); skipped with a note otherwise
-  qwen38 argmax ring32 off / qwen38 ring32 on
-                     head_argmax with QWEN38_HEAD_RING32=0 (17..32 rows: the register prefetch at one
-                     block per SM) and head_logits with QWEN38_HEAD_RING32=1 (through the ring at two
-                     blocks per SM); same bits, timed at 17..32 rows only: the A/B of that knob
+  qwen38 ring / qwen38 argmax ring
+                     the same ops on the ring kernel (QWEN38_HEAD_KERNEL=ring: other bits, each row
+                     still its 1-row call's)
+  qwen38 ring ring32 on
+                     head_logits on the ring kernel with QWEN38_HEAD_RING32=1 (17..32 rows through the
+                     ring at two blocks per SM); same bits as qwen38 ring, timed at 17..32 rows only
 bytes = the weight (2 V K), the activations (2 M K) and the output the provider writes (fp32 4 M V;
 bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax: 12 M).
 One weight copy already exceeds L2 many times over, so every call reads it cold.
@@ -73,10 +75,11 @@ PROVIDERS = (
     Provider("qwen38 argmax", _qwen38_argmax, lambda m, v: 12 * m),
     Provider("cuBLAS bf16+cast", _cublas_cast, lambda m, v: (2 + 2 + 4) * m * v),
     Provider("cuBLAS fp32 out", _cublas_fp32, lambda m, v: 4 * m * v),
-    Provider("qwen38 argmax ring32 off", bench.with_knobs(_qwen38_argmax, QWEN38_HEAD_RING32="0"), lambda m, v: 12 * m,
-             min_rows=17),
-    Provider("qwen38 ring32 on", bench.with_knobs(_qwen38, QWEN38_HEAD_RING32="1"), lambda m, v: 4 * m * v,
-             min_rows=17),
+    # the ring kernel (QWEN38_HEAD_KERNEL=ring; the default before session 12) and its 17..32-row knob
+    Provider("qwen38 ring", bench.with_knobs(_qwen38, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 4 * m * v),
+    Provider("qwen38 argmax ring", bench.with_knobs(_qwen38_argmax, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 12 * m),
+    Provider("qwen38 ring ring32 on", bench.with_knobs(_qwen38, QWEN38_HEAD_KERNEL="ring", QWEN38_HEAD_RING32="1"),
+             lambda m, v: 4 * m * v, min_rows=17),
 )
 
 

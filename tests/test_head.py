@@ -1,4 +1,5 @@
-"""The output head (torch.ops.qwen38.head_logits / head_argmax): the CUDA kernel against the
+"""The output head (torch.ops.qwen38.head_logits / head_argmax): both CUDA kernels (QWEN38_HEAD_KERNEL)
+against the
 reference's float64 bound, row invariance at every M (1..32 and chunked beyond), the greedy epilogue
 == argmax over head_logits bit for bit (ties, signed zeros, NaN, inf), graphs, determinism, opcheck
 and bad input. The reference itself: tests/test_fp8_reference.py."""
@@ -18,6 +19,13 @@ from qwen38_kernels.reference import fp8 as ref
 OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 VOCAB = 248320
+
+
+@pytest.fixture(params=["tiles", "ring"], autouse=True)
+def head_kernel(request):
+    """Every test runs with both CUDA kernels (QWEN38_HEAD_KERNEL): each must hold every property."""
+    with q.knobs.override(QWEN38_HEAD_KERNEL=request.param):
+        yield request.param
 
 
 def _case(m, v, k=5120, dt=torch.bfloat16, seed=0, device="cuda"):
@@ -185,6 +193,25 @@ def test_graph_equals_eager_and_deterministic(m):
 
 
 @pytest.mark.gpu
+def test_the_kernels_differ_and_a_bad_kernel_knob_is_named(head_kernel):
+    """The two kernels sum in different orders (so the fixture does test both), each within the
+    bound; an unknown QWEN38_HEAD_KERNEL is refused by name."""
+    if head_kernel != "tiles":
+        pytest.skip("once")
+    x, w = _case(4, 4096, seed=13)
+    yt = OPS.head_logits(x, w)
+    with q.knobs.override(QWEN38_HEAD_KERNEL="ring"):
+        yr = OPS.head_logits(x, w)
+    assert not torch.equal(yt.view(torch.int32), yr.view(torch.int32)), "tiles and ring gave the same bits"
+    _within_bound(yt, x, w, "tiles")
+    _within_bound(yr, x, w, "ring")
+    for op in (OPS.head_logits, OPS.head_argmax):
+        with q.knobs.override(QWEN38_HEAD_KERNEL="fast"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_KERNEL must be tiles or ring, got 'fast'"):
+                op(x, w)
+
+
+@pytest.mark.gpu
 def test_pdl_off_gives_the_same_bits():
     x, w = _case(9, 1000, seed=9)
     y = OPS.head_logits(x, w)
@@ -194,8 +221,10 @@ def test_pdl_off_gives_the_same_bits():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 16])
-def test_ring_depth_gives_the_same_bits(m):
+def test_ring_depth_gives_the_same_bits(m, head_kernel):
     """QWEN38_HEAD_DEPTH (the 1..16-row weight ring's depth) changes no bit."""
+    if head_kernel != "ring":
+        pytest.skip("a knob of the ring kernel")
     x, w = _case(m, 1000, seed=10)
     y = OPS.head_logits(x, w)
     for depth in ("3", "4"):
@@ -206,10 +235,12 @@ def test_ring_depth_gives_the_same_bits(m):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [17, 24, 32])
 @pytest.mark.parametrize("v", [1000, 4099])
-def test_ring32_knob_gives_the_same_bits(m, v):
+def test_ring32_knob_gives_the_same_bits(m, v, head_kernel):
     """QWEN38_HEAD_RING32 (17..32 rows: the ring at two blocks per SM, or the register prefetch, per
     op) changes no bit of the logits nor of the greedy winner, and rows still equal their 1-row calls;
     V = 4099 leaves a partial task."""
+    if head_kernel != "ring":
+        pytest.skip("a knob of the ring kernel")
     x, w = _case(m, v, seed=12)
     with q.knobs.override(QWEN38_HEAD_RING32="0"):
         y = OPS.head_logits(x, w)

@@ -319,7 +319,7 @@ def test_opcheck(device):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu"])
+@pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu", "head_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the skinny kernels (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8) still compile against the kernel headers, every

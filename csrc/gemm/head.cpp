@@ -1,11 +1,14 @@
 // Host side of the output head: head_logits and head_argmax. Check inputs -> plan -> launch the
-// kernels of head_kernel.cuh over chunks of at most 32 rows (any M: each chunk runs the 1..32-row
+// kernels of head_tiles.cuh (default) or head_kernel.cuh (QWEN38_HEAD_KERNEL=ring) over chunks of at
+// most 32 rows (any M: each chunk runs the 1..32-row
 // kernel, so every row keeps the arithmetic of its 1-row call; more than 32 rows re-read the weight
 // once per chunk, which suits decode/verify, not prefill).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -16,6 +19,16 @@ namespace qwen38::gemm {
 namespace {
 
 constexpr int64_t kHeadKAlign = 16;  // same as qwen38_kernels/_checks_fp8.py HEAD_K_ALIGN
+
+// QWEN38_HEAD_KERNEL: "tiles" (default: head_tiles.cuh) or "ring" (head_kernel.cuh). Each keeps every
+// row's bits those of its 1-row call; the two kernels sum in different orders (different bits).
+bool head_tiles(const char* op) {
+  const char* v = std::getenv("QWEN38_HEAD_KERNEL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "tiles") == 0) return true;
+  TORCH_CHECK_VALUE(std::strcmp(v, "ring") == 0, "qwen38.", op, ": QWEN38_HEAD_KERNEL must be tiles or ring, got '",
+                    v, "'");
+  return false;
+}
 
 // x [..., K] bf16/fp16 and w [V, K] in x's dtype on one CUDA device. Returns (V, K, M, x row stride).
 std::tuple<int64_t, int64_t, int64_t, int64_t> check_head(const char* op, const at::Tensor& x, const at::Tensor& w) {
@@ -73,11 +86,12 @@ at::Tensor head_logits_cuda(const at::Tensor& x, const at::Tensor& w) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   const Act act = act_of(x);
+  const bool tiles = head_tiles(kOp);
   for (int64_t r0 = 0; r0 < m; r0 += kHeadMaxRows) {
     HeadParams p = chunk_params(x, w, r0, m, v, k, x_stride);
     p.y = y.data_ptr<float>() + r0 * v;
     HeadPlan plan;
-    check_launch(kOp, head_plan(act, p.m, v, k, false, &plan), x);
+    check_launch(kOp, head_plan(act, p.m, v, k, false, tiles, &plan), x);
     check_launch(kOp, launch_head(act, false, plan, p, pdl, stream), x);
   }
   return y;
@@ -99,9 +113,10 @@ std::tuple<at::Tensor, at::Tensor> head_argmax_cuda(const at::Tensor& x, const a
   const Act act = act_of(x);
   // one plan for the workspace: the grid depends on the row tiles (1..16 or 17..32 rows), so size it
   // for the larger of the chunks' grids
+  const bool tiles = head_tiles(kOp);
   HeadPlan plan_lo, plan_hi;
-  check_launch(kOp, head_plan(act, std::min(m, int64_t(16)), v, k, true, &plan_lo), x);
-  check_launch(kOp, head_plan(act, std::min(m, kHeadMaxRows), v, k, true, &plan_hi), x);
+  check_launch(kOp, head_plan(act, std::min(m, int64_t(16)), v, k, true, tiles, &plan_lo), x);
+  check_launch(kOp, head_plan(act, std::min(m, kHeadMaxRows), v, k, true, tiles, &plan_hi), x);
   const int64_t ws_blocks = std::max(plan_lo.blocks, plan_hi.blocks);
   // per-block winners: fp32 logits then int32 columns (caching allocator: graph-safe, no sync)
   at::Tensor ws = at::empty({2 * ws_blocks * kHeadMaxRows}, x.options().dtype(at::kInt));

@@ -4,6 +4,7 @@
 
 #include "common/launch.cuh"
 #include "gemm/head_kernel.cuh"
+#include "gemm/head_tiles.cuh"
 
 namespace qwen38::gemm {
 namespace {
@@ -44,11 +45,19 @@ HeadFn head_fn(Act act, int64_t m, int ksplit, bool argmax, bool ring) {
 
 }  // namespace
 
-cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, HeadPlan* plan) {
+cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, HeadPlan* plan) {
   plan->ksplit = head_k_split(k);
   plan->blocks = 0;
+  plan->tiles = tiles;
   if (m <= 0 || v <= 0) return cudaSuccess;
   if (m > kHeadMaxRows) return cudaErrorInvalidValue;
+  if (tiles) {  // one CTA per 128-column tile; its workspace entries too
+    const int64_t cols = (v + prefill::kBN - 1) / prefill::kBN;
+    if (cols > 65535) return cudaErrorInvalidValue;
+    plan->blocks = int(cols);
+    plan->smem = size_t(act == Act::kBF16 ? head_tiles_smem<__nv_bfloat16>() : head_tiles_smem<__half>());
+    return cudaSuccess;
+  }
   // 17..32 rows (QWEN38_HEAD_RING32): head_argmax through the ring at two blocks per SM, head_logits
   // with the register prefetch ("argmax", the default); "1": both through the ring; "0": neither.
   // Measured on the H200 (same run, 248320 x 5120): argmax 683-848 us at 17..32 rows through the
@@ -113,8 +122,18 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   if (params.m > kHeadMaxRows) return cudaErrorInvalidValue;
   HeadParams p = params;
   p.depth = plan.depth;
-  const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax, plan.ring);
-  cudaError_t err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), plan.smem, stream, pdl, p);
+  cudaError_t err;
+  if (plan.tiles) {
+    const HeadFn fn = act == Act::kBF16 ? (argmax ? head_tiles_kernel<__nv_bfloat16, true> : head_tiles_kernel<__nv_bfloat16, false>)
+                                        : (argmax ? head_tiles_kernel<__half, true> : head_tiles_kernel<__half, false>);
+    // above the default 48 KB a block must opt in (per device; not a stream operation)
+    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem));
+    if (err == cudaSuccess)
+      err = launch_kernel(fn, dim3(1, unsigned(plan.blocks)), dim3(prefill::kThreads), plan.smem, stream, pdl, p);
+  } else {
+    const HeadFn fn = head_fn(act, p.m, plan.ksplit, argmax, plan.ring);
+    err = launch_kernel(fn, dim3(unsigned(plan.blocks)), dim3(32 * plan.ksplit), plan.smem, stream, pdl, p);
+  }
   if (err != cudaSuccess || !argmax) return err;
   return launch_kernel(head_argmax_finish, dim3(unsigned(p.m)), dim3(32), 0, stream, pdl, p, plan.blocks);
 }

@@ -1,6 +1,7 @@
-// The output head, 1..32 rows: logits[m, v] = sum_k fp32(x[m, k]) * fp32(w[v, k]), fp32 out, and
-// the fused greedy epilogue (per row the first maximal column and its logit). Reference:
-// qwen38_kernels/reference/fp8.py (head_logits, head_argmax).
+// The output head's "ring" kernel (QWEN38_HEAD_KERNEL=ring; the default is head_tiles.cuh), 1..32
+// rows: logits[m, v] = sum_k fp32(x[m, k]) * fp32(w[v, k]), fp32 out, and the fused greedy epilogue
+// (per row the first maximal column and its logit). Reference: qwen38_kernels/reference/fp8.py
+// (head_logits, head_argmax).
 //
 // Tensors: x [M, K] bf16/fp16 (row stride x_stride, K % 16 == 0, rows 16-byte aligned); w [V, K]
 // x's dtype, contiguous; y [M, V] fp32 contiguous. The products are exact in fp32; the tensor core
@@ -340,13 +341,24 @@ __global__ void __launch_bounds__(32) head_argmax_finish(const HeadParams p, int
   const int r = blockIdx.x, lane = threadIdx.x;
   float bv = 0.0f;
   int32_t bi = -1;
-  for (int b = lane; b < blocks; b += 32) {
-    const float v = p.ws_val[int64_t(b) * kHeadMaxRows + r];
-    const int32_t i = p.ws_idx[int64_t(b) * kHeadMaxRows + r];
-    if (head_better(v, i, bv, bi)) {
-      bv = v;
-      bi = i;
+  // 8 entries a lane loaded before any is compared: 8 loads in flight, not one latency per entry
+  // (the tiles kernel leaves one entry per 128-column tile: 1940 a row for the full vocabulary);
+  // an entry past the end is no candidate (index -1)
+  for (int b0 = lane; b0 < blocks; b0 += 32 * 8) {
+    float v[8];
+    int32_t i[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int b = b0 + 32 * u;
+      v[u] = b < blocks ? p.ws_val[int64_t(b) * kHeadMaxRows + r] : 0.0f;
+      i[u] = b < blocks ? p.ws_idx[int64_t(b) * kHeadMaxRows + r] : -1;
     }
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (head_better(v[u], i[u], bv, bi)) {
+        bv = v[u];
+        bi = i[u];
+      }
   }
   head_warp_best(bv, bi);
   if (lane == 0) {

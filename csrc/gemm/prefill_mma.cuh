@@ -113,6 +113,22 @@ template <int MT, typename T> struct XLoader {
   }
 };
 
+// The B fragments of step k16 of a 16-bit weight tile (128 rows of 64 k, x_off layout) for the 4 n8
+// tiles of a lane's warp column: two ldmatrix.x4, each two n8 tiles' (b0, b1). b_row / b_chunk: the
+// lane's row and chunk offset (L.wn * 32 + (lane / 16) * 8 + lane % 8, (lane / 8) % 2).
+__device__ __forceinline__ void tile_b_frags(const unsigned char* tile, int b_row, int b_chunk, int k16,
+                                             uint32_t (&bf)[4][2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    uint32_t r[4];
+    ldmatrix_x4(r, smem_addr(tile + x_off(b_row + 16 * j, 2 * k16 + b_chunk)));
+    bf[2 * j][0] = r[0];
+    bf[2 * j][1] = r[1];
+    bf[2 * j + 1][0] = r[2];
+    bf[2 * j + 1][1] = r[3];
+  }
+}
+
 // Shared memory of the main loop: W::kStages stages of x and raw weights, then the weight tile.
 template <int MT, class W> constexpr int smem_bytes() {
   return W::kStages * (Tile<MT>::kXBytes + W::kStageBytes) + (W::kSmemB ? kWTileBytes : 0);
@@ -158,15 +174,7 @@ __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m
     for (int k16 = 0; k16 < kBK / 16; ++k16) {
       uint32_t bf[4][2];
       if constexpr (W::kSmemB) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t r[4];
-          ldmatrix_x4(r, smem_addr(wt + x_off(b_row + 16 * j, 2 * k16 + b_chunk)));
-          bf[2 * j][0] = r[0];
-          bf[2 * j][1] = r[1];
-          bf[2 * j + 1][0] = r[2];
-          bf[2 * j + 1][1] = r[3];
-        }
+        tile_b_frags(wt, b_row, b_chunk, k16, bf);
       } else {
         w.b_frags(xs + kX, k16, bf);
       }

@@ -1,0 +1,142 @@
+// The output head's "tiles" kernel (QWEN38_HEAD_KERNEL=tiles, the default): 1..32 rows of x against
+// the 16-bit weight on the tensor-core tile machinery of the prefill kernels (prefill_mma.cuh). A CTA
+// computes the 32 rows x 128 columns of one column tile: x (32 rows) and the weight tile stream
+// through 3 cp.async stages of 64 k, and the weight stage is itself the B operand's 16-bit tile
+// (ldmatrix, no decode); 8 warps of 16 rows x 32 columns, three CTAs an SM on the H200.
+//
+// Order of the sums (a function of K only: row invariance): a logit starts at +0 and takes the mma
+// steps of 16 k in increasing k, the products exact and the sum in fp32 inside the tensor core. A
+// row never reads another row (rows past M are zero-filled and never stored), and the row tile is
+// the same 32 rows for every M <= 32, so a row's bits are those of its 1-row call. Not the bits of
+// the "ring" kernel (head_kernel.cuh: K split over warps, another order).
+//
+// Why: the ring kernel holds the activation fragments of every weight tile in registers, two m16
+// tiles at 17..32 rows, and streams 61-65% of the read ceiling there (head.md); here the 32 rows of
+// x are staged once per stage for the CTA's 128 columns. benchmarks/lab/head_lab.cu measured this
+// structure on the H200 (session 12, head_lab_12.txt): 248320x5120 at 1 / 16 / 32 rows 608.5 / 625.5
+// / 639.5 us = 93.7 / 91.7 / 90.2% of the read ceiling (the ring kernel: 583 / 643 / 918 us).
+//
+// Greedy epilogue (ARGMAX): per row, the best (logit, column) of the CTA's 128 columns by
+// head_better (a total order: the winner does not depend on the order of the merges) - in the
+// thread, across the quad (shuffles), across the 4 column warps (shared memory) - written to the
+// workspace at [column tile][row]; head_argmax_finish reduces the tiles' entries.
+#pragma once
+
+#include "common/pdl.cuh"
+#include "common/vec.cuh"
+#include "gemm/head_kernel.cuh"  // head_better
+#include "gemm/head_launch.h"
+#include "gemm/prefill_mma.cuh"
+
+namespace qwen38::gemm {
+
+constexpr int kHeadTileStages = 3;
+
+// The 16-bit weight: the stage is the tile (x_off layout), 4 chunks a thread (rows tid / 8 + 32 i).
+template <typename T> struct HeadWeight {
+  static constexpr int kStages = kHeadTileStages;
+  static constexpr int kStageBytes = prefill::kBN * prefill::kBK * 2;  // 16 KB
+  static constexpr bool kSmemB = false;                                 // B by ldmatrix from the stage
+  static constexpr int kUnroll = 4;
+  using Acc = float[1][4][4];
+  const T* w;   // this thread's first chunk (row n0 + tid / 8, k 8 (tid % 8)), or the weight
+  const T* w0;
+  int64_t k;
+  prefill::Lane L;
+  int col, rows_ok, so, b_row, b_chunk;
+
+  __device__ __forceinline__ HeadWeight(const T* w_, int64_t n, int64_t k_, int64_t n0) : w0(w_), k(k_) {
+    const int r = L.tid >> 3, c = L.tid & 7;
+    col = 8 * c;
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows_ok |= (n0 + r + 32 * i < n ? 1 : 0) << i;
+    w = w_ + (n0 + r < n ? (n0 + r) * k : 0) + col;
+    so = prefill::x_off(r, c);  // rows r + 32 i: the same swizzle (r % 8), 32 i rows further
+    b_row = L.wn * 32 + (L.lane >> 4) * 8 + (L.lane & 7);
+    b_chunk = (L.lane >> 3) & 1;
+  }
+  __device__ __forceinline__ void load(unsigned char* ws, int kt) const {
+    const int64_t k0 = int64_t(kt) * prefill::kBK;
+    const bool kok = k0 + col < k;  // K a multiple of 16: a chunk of 8 is all in or all out
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool ok = kok && ((rows_ok >> i) & 1);
+      cp_async16(ws + so + i * 32 * prefill::kBK * 2, ok ? w + i * 32 * k + k0 : w0, ok ? 16 : 0);
+    }
+  }
+  __device__ __forceinline__ void b_frags(const unsigned char* ws, int k16, uint32_t (&bf)[4][2]) const {
+    prefill::tile_b_frags(ws, b_row, b_chunk, k16, bf);
+  }
+  __device__ __forceinline__ Acc& sums(Acc& acc, int) { return acc; }
+  __device__ __forceinline__ void tile_end(int, int, Acc&) const {}
+};
+
+template <typename T> constexpr int head_tiles_smem() { return prefill::smem_bytes<1, HeadWeight<T>>(); }
+static_assert(head_tiles_smem<__half>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
+
+// Three CTAs an SM where the shared memory allows (3 x 60 KB on sm_90a; one on sm_121a).
+template <typename T, bool ARGMAX>
+__global__ void __launch_bounds__(prefill::kThreads, 3) head_tiles_kernel(const HeadParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float red_val[4][kHeadMaxRows];
+  __shared__ int32_t red_idx[4][kHeadMaxRows];
+  const int64_t n0 = int64_t(blockIdx.y) * prefill::kBN;
+
+  pdl_wait();  // x comes from the previous kernel
+  pdl_allow();
+
+  HeadWeight<T> w(static_cast<const T*>(p.w), p.v, p.k, n0);
+  float acc[1][4][4];
+  zero_fill(acc);
+  prefill::mainloop<1>(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, int64_t(0), w, smem, acc);
+  if constexpr (!ARGMAX) {
+    prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
+  } else {
+    const prefill::Lane L;
+    float bv[2] = {0.0f, 0.0f};
+    int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
+        const int h = i >> 1;
+        if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
+          bv[h] = acc[0][nt][i];
+          bi[h] = int32_t(c);
+        }
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int off = 1; off < 4; off *= 2) {  // the quad of lanes sharing the row
+        const float ov = __shfl_xor_sync(0xffffffffu, bv[h], off);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi[h], off);
+        if (head_better(ov, oi, bv[h], bi[h])) {
+          bv[h] = ov;
+          bi[h] = oi;
+        }
+      }
+      if (L.t == 0) {
+        red_val[L.wn][L.wm * 16 + L.g + 8 * h] = bv[h];
+        red_idx[L.wn][L.wm * 16 + L.g + 8 * h] = bi[h];
+      }
+    }
+    __syncthreads();
+    if (L.tid < kHeadMaxRows) {
+      float v = red_val[0][L.tid];
+      int32_t i = red_idx[0][L.tid];
+#pragma unroll
+      for (int c = 1; c < 4; ++c)
+        if (head_better(red_val[c][L.tid], red_idx[c][L.tid], v, i)) {
+          v = red_val[c][L.tid];
+          i = red_idx[c][L.tid];
+        }
+      p.ws_val[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = v;
+      p.ws_idx[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = i;
+    }
+  }
+}
+
+}  // namespace qwen38::gemm
