@@ -135,13 +135,14 @@ template <int MT, class W> constexpr int smem_bytes() {
 }
 
 // The main loop: acc[mt][nt] (rows m0 + wm * 16 MT + mt * 16 + {g, g + 8}, columns n0 + wn * 32 +
-// nt * 8 + {2t, 2t + 1}) as W directs. smem: smem_bytes<MT, W>().
+// nt * 8 + {2t, 2t + 1}) as W directs, over the K tiles [kt0, kt1) (kt1 < 0: to the end of K; a
+// split of K for the labs). smem: smem_bytes<MT, W>().
 template <int MT, typename T, class W>
 __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m, int64_t k, int64_t m0, W& w,
-                                         unsigned char* smem, float (&acc)[MT][4][4]) {
+                                         unsigned char* smem, float (&acc)[MT][4][4], int kt0 = 0, int kt1 = -1) {
   constexpr int kS = W::kStages, kX = Tile<MT>::kXBytes, kStage = kX + W::kStageBytes;
   const Lane L;
-  const int nkt = int((k + kBK - 1) / kBK);
+  const int nkt = kt1 < 0 ? int((k + kBK - 1) / kBK) : kt1;
   const XLoader<MT, T> xl(x, x_stride, m, k, m0, L.tid);
   unsigned char* wt = smem + kS * kStage;
   auto load = [&](int kt) {
@@ -151,13 +152,13 @@ __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m
   };
 #pragma unroll
   for (int s = 0; s < kS - 1; ++s) {
-    if (s < nkt) load(s);
+    if (kt0 + s < nkt) load(kt0 + s);
     cp_async_commit();
   }
   // ldmatrix rows of this lane: A (tile mt: + mt * 16) and B (n8 tiles 2j, 2j + 1: + j * 16)
   const int a_row = L.wm * 16 * MT + ((L.lane >> 3) & 1) * 8 + (L.lane & 7), a_chunk = L.lane >> 4;
   const int b_row = L.wn * 32 + (L.lane >> 4) * 8 + (L.lane & 7), b_chunk = (L.lane >> 3) & 1;
-  for (int kt = 0; kt < nkt; ++kt) {
+  for (int kt = kt0; kt < nkt; ++kt) {
     cp_async_wait<kS - 2>();  // every group but the newest kS - 2: tile kt has landed
     __syncthreads();          // ... for every thread; tile kt - 1's buffers (and wt) are free
     if (kt + kS - 1 < nkt) load(kt + kS - 1);
