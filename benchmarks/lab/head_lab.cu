@@ -74,21 +74,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  double ceiling = 0;
-  {
-    const size_t rb = size_t(2) << 30;
-    void* big = nullptr;
-    CK(cudaMalloc(&big, rb));
-    CK(cudaMemset(big, 1, rb));
-    unsigned* sink = nullptr;
-    CK(cudaMalloc(&sink, 4));
-    const float rus = lab::time_graph(6, [&](int, cudaStream_t s) {
-      lab::read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
-    });
-    ceiling = double(rb) / (rus * 1e3);
-    std::printf("read ceiling %.0f GB/s\n", ceiling);
-    CK(cudaFree(big));
-  }
+  const double ceiling = lab::read_ceiling_GBps();
+  std::printf("read ceiling %.0f GB/s\n", ceiling);
   for (int64_t n : {int64_t(248320), int64_t(32768)}) {
     const int64_t k = 5120;
     HeadParams p{};

@@ -44,6 +44,27 @@ __global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
 }
 
 template <typename F>
+float time_graph(int calls, F&& launch_i);
+
+// The streaming-read ceiling of device 0 in GB/s: read_kernel over 2 GiB, graph-timed.
+inline double read_ceiling_GBps() {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t rb = size_t(2) << 30;
+  void* big = nullptr;
+  CK(cudaMalloc(&big, rb));
+  CK(cudaMemset(big, 1, rb));
+  unsigned* sink = nullptr;
+  CK(cudaMalloc(&sink, 4));
+  const float us = time_graph(6, [&](int, cudaStream_t s) {
+    read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
+  });
+  CK(cudaFree(big));
+  CK(cudaFree(sink));
+  return double(rb) / (us * 1e3);
+}
+
+template <typename F>
 float time_graph(int calls, F&& launch_i) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -138,22 +138,8 @@ int main() {
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t l2 = size_t(prop.l2CacheSize);
   std::printf("device %s, %d SMs, L2 %zu MB\n", prop.name, prop.multiProcessorCount, l2 >> 20);
-  double ceiling = 0;
-  {
-    const size_t rb = size_t(2) << 30;
-    void* big = nullptr;
-    CK(cudaMalloc(&big, rb));
-    CK(cudaMemset(big, 1, rb));
-    unsigned* sink = nullptr;
-    CK(cudaMalloc(&sink, 4));
-    const float rus = lab::time_graph(6, [&](int, cudaStream_t s) {
-      lab::read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(static_cast<const uint4*>(big), rb / 16, sink);
-    });
-    ceiling = double(rb) / (rus * 1e3);
-    std::printf("read ceiling %.0f GB/s\n", ceiling);
-    CK(cudaFree(big));
-    CK(cudaFree(sink));
-  }
+  const double ceiling = lab::read_ceiling_GBps();
+  std::printf("read ceiling %.0f GB/s\n", ceiling);
   const std::vector<int> rows = {1, 16, 32}, splits = {1, 2, 4};
   for (auto nk : {std::pair<int64_t, int64_t>{34816, 5120}, {16384, 5120}, {12288, 5120}, {5120, 17408}}) {
     run<false, 2>("nvfp4 tiles 2/SM", nk.first, nk.second, rows, splits, ceiling, l2);
