@@ -1,6 +1,7 @@
 // The tile machinery shared by the tensor-core prefill kernels (fp8_prefill_kernel.cu,
-// nvfp4_prefill_kernel.cu): more than 32 rows of x against a quantized weight, mma.sync m16n8k16
-// with fp32 accumulators. Torch-free.
+// nvfp4_prefill_kernel.cu: more than 32 rows of x against a quantized weight) and the output head's
+// tiles kernel (head_tiles.cuh: 1..32 rows, a 16-bit weight): mma.sync m16n8k16 with fp32
+// accumulators. Torch-free.
 //
 // A CTA of 8 warps computes BM = 32 MT rows x 128 output columns: 2 x 4 warps of 16 MT rows x 32
 // columns (MT m16 tiles x 4 n8 tiles: 4 MT mma per k16 step). K streams through W::kStages
@@ -16,8 +17,8 @@
 // Decoding once per CTA (kSmemB) halves the decode work (in registers each warp-row decodes its own
 // copy, and each lane the scales of its rows) for a second barrier a stage and 16 KB: measured in
 // session 12 (benchmarks/lab/prefill_ab.py on the H200), 5% faster for NVFP4 (where the decode and
-// scales are the larger share), 15% slower for FP8 (a 3-instruction decode a pair, and one stage
-// less to stay within 99 KB).
+// scales are the larger share), 15% slower for FP8 (a 4-instruction decode a pair, no scales, and
+// one stage less to stay within 99 KB).
 //   x tile and 16-bit weight tile: row r (BM, or 128 weight rows) of 8 16-byte chunks (8 elements),
 //           chunk c at position c ^ (r % 8): ldmatrix.x4 reads 8 rows of one logical chunk from 8
 //           different bank groups. The weight tile [n][k] read without transposition gives B
@@ -28,6 +29,7 @@
 //
 // The weight policy W provides:
 //   kStages, kStageBytes, kSmemB      stages, its raw bytes of one stage, and where B is decoded
+//   kUnroll                           k16 steps unrolled at a time (registers against hoisting)
 //   load(ws, kt)                      issue the cp.async copies of K tile kt into ws (every thread calls)
 //   decode(ws, wt)                    (kSmemB) its share of the landed stage ws into the 16-bit tile wt
 //   b_frags(ws, k16, bf)              (!kSmemB) the B fragments of step k16 (0..3) of the stage for this
