@@ -68,6 +68,15 @@ __device__ __forceinline__ __half2 e4m3x2_to_h2(uint16_t two) {
   return as_h2(r);
 }
 
+// Two e4m3 bytes (low byte = lower k) -> the 16-bit pair of an mma operand in T (fp16 or bf16),
+// exactly: e4m3 is a subset of both (bf16 through fp32).
+template <typename T> __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t two);
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__half>(uint16_t two) { return as_u32(e4m3x2_to_h2(two)); }
+template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_t two) {
+  const float2 f = __half22float2(e4m3x2_to_h2(two));
+  return as_u32(__floats2bfloat162_rn(f.x, f.y));
+}
+
 // Per-block multiplier for the decode below: scale * 2^7 (fp16) or scale * 2^63 (bf16) in both
 // halves, from one e4m3 scale already in fp16. Exact.
 template <typename T> struct ScaleOf;

@@ -29,15 +29,7 @@
 
 namespace qwen38::gemm {
 
-// Two e4m3 bytes -> the 16-bit pair for the mma (exact).
-template <typename T> __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t two);
-template <> __device__ __forceinline__ uint32_t e4m3x2_to<__half>(uint16_t two) {
-  return nvfp4::as_u32(nvfp4::e4m3x2_to_h2(two));
-}
-template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint16_t two) {
-  const float2 f = __half22float2(nvfp4::e4m3x2_to_h2(two));  // e4m3 is a subset of fp16 and bf16
-  return nvfp4::as_u32(__floats2bfloat162_rn(f.x, f.y));
-}
+using nvfp4::e4m3x2_to;  // two e4m3 bytes -> the 16-bit pair for the mma (exact)
 
 // Register cap per thread: 128 where the variant fits in it (16 warps per SM), else 168 or 208 (the
 // largest tiles; 255 for 17..32 rows at 4 tiles a warp, which spill at 208); scripts/check_sass.sh

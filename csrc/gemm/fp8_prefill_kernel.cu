@@ -37,14 +37,9 @@
 namespace qwen38::gemm {
 namespace {
 
-using prefill::kBK;
 using prefill::kBN;
 using prefill::kThreads;
-
 using prefill_fp8::Fp8Weight;
-
-template <int MT> constexpr int smem_bytes() { return prefill::smem_bytes<MT, Fp8Weight<__half, MT>>(); }
-static_assert(smem_bytes<4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
 // MT 2: two CTAs an SM where the shared memory allows (64 KB each on sm_90a).
 template <typename T, int OUT, int MT>
@@ -64,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1) fp8_prefill_kernel(
 
 struct Kernels {
   template <typename T, int OUT, int MT> static constexpr auto kernel() { return fp8_prefill_kernel<T, OUT, MT>; }
-  template <int MT> static constexpr int smem() { return smem_bytes<MT>(); }
+  template <int MT> using Weight = Fp8Weight<__half, MT>;  // (the layout does not depend on the type)
 };
 
 }  // namespace

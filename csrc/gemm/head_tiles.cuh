@@ -32,42 +32,19 @@ namespace qwen38::gemm {
 
 constexpr int kHeadTileStages = 3;
 
-// The 16-bit weight: the stage is the tile (x_off layout), 4 chunks a thread (rows tid / 8 + 32 i).
+// The 16-bit weight: the stage is the B operand's tile (x_off layout). Its 128 rows load as four
+// 32-row groups of an x tile do (prefill::XLoader, the weight's row stride K).
 template <typename T> struct HeadWeight {
   static constexpr int kStages = kHeadTileStages;
   static constexpr int kStageBytes = prefill::kBN * prefill::kBK * 2;  // 16 KB
-  static constexpr bool kSmemB = false;                                 // B by ldmatrix from the stage
+  static constexpr prefill::BFrom kB = prefill::BFrom::kStage;
   static constexpr int kUnroll = 4;
   using Acc = float[1][4][4];
-  const T* w;   // this thread's first chunk (row n0 + tid / 8, k 8 (tid % 8)), or the weight
-  const T* w0;
-  int64_t k;
-  prefill::Lane L;
-  int col, rows_ok, so, b_row, b_chunk;
+  const prefill::XLoader<4, T> rows;
 
-  __device__ __forceinline__ HeadWeight(const T* w_, int64_t n, int64_t k_, int64_t n0) : w0(w_), k(k_) {
-    const int r = L.tid >> 3, c = L.tid & 7;
-    col = 8 * c;
-    rows_ok = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) rows_ok |= (n0 + r + 32 * i < n ? 1 : 0) << i;
-    w = w_ + (n0 + r < n ? (n0 + r) * k : 0) + col;
-    so = prefill::x_off(r, c);  // rows r + 32 i: the same swizzle (r % 8), 32 i rows further
-    b_row = L.wn * 32 + (L.lane >> 4) * 8 + (L.lane & 7);
-    b_chunk = (L.lane >> 3) & 1;
-  }
-  __device__ __forceinline__ void load(unsigned char* ws, int kt) const {
-    const int64_t k0 = int64_t(kt) * prefill::kBK;
-    const bool kok = k0 + col < k;  // K a multiple of 16: a chunk of 8 is all in or all out
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool ok = kok && ((rows_ok >> i) & 1);
-      cp_async16(ws + so + i * 32 * prefill::kBK * 2, ok ? w + i * 32 * k + k0 : w0, ok ? 16 : 0);
-    }
-  }
-  __device__ __forceinline__ void b_frags(const unsigned char* ws, int k16, uint32_t (&bf)[4][2]) const {
-    prefill::tile_b_frags(ws, b_row, b_chunk, k16, bf);
-  }
+  __device__ __forceinline__ HeadWeight(const T* w, int64_t n, int64_t k, int64_t n0)
+      : rows(w, k, n, k, n0, int(threadIdx.x)) {}
+  __device__ __forceinline__ void load(unsigned char* ws, int kt) const { rows.load(ws, kt); }
   __device__ __forceinline__ Acc& sums(Acc& acc, int) { return acc; }
   __device__ __forceinline__ void tile_end(int, int, Acc&) const {}
 };

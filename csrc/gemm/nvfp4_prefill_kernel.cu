@@ -34,14 +34,9 @@
 namespace qwen38::gemm {
 namespace {
 
-using prefill::kBK;
 using prefill::kBN;
 using prefill::kThreads;
-
 using prefill_nvfp4::Nvfp4Weight;
-
-template <int MT> constexpr int smem_bytes() { return prefill::smem_bytes<MT, Nvfp4Weight<__half, MT>>(); }
-static_assert(smem_bytes<4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
 // Two CTAs an SM (at most 128 registers; 2 x 82 KB of shared memory on sm_90a).
 template <typename T, int OUT, int MT>
@@ -63,12 +58,12 @@ __global__ void __launch_bounds__(kThreads, 2) nvfp4_prefill_kernel(const Nvfp4P
 
 struct Kernels {
   template <typename T, int OUT, int MT> static constexpr auto kernel() { return nvfp4_prefill_kernel<T, OUT, MT>; }
-  template <int MT> static constexpr int smem() { return smem_bytes<MT>(); }
+  template <int MT> using Weight = Nvfp4Weight<__half, MT>;  // (the layout does not depend on the type)
 };
 
 }  // namespace
 
-bool nvfp4_prefill_serves(int64_t k) { return k > 0 && k % kBK == 0; }
+bool nvfp4_prefill_serves(int64_t k) { return k > 0 && k % prefill::kBK == 0; }
 
 cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
   if (p.m != 0 && p.n != 0 && !nvfp4_prefill_serves(p.k)) return cudaErrorInvalidValue;

@@ -18,16 +18,6 @@ using prefill::kBK;
 using prefill::kBN;
 using prefill::kThreads;
 
-// Two e4m3 bytes (low byte = lower k) -> the B register for x's type, exactly.
-template <typename T> __device__ __forceinline__ uint32_t b_pair(uint16_t two);
-template <> __device__ __forceinline__ uint32_t b_pair<__half>(uint16_t two) {
-  return nvfp4::as_u32(nvfp4::e4m3x2_to_h2(two));
-}
-template <> __device__ __forceinline__ uint32_t b_pair<__nv_bfloat16>(uint16_t two) {
-  const float2 f = __half22float2(nvfp4::e4m3x2_to_h2(two));  // exact
-  return nvfp4::as_u32(__floats2bfloat162_rn(f.x, f.y));       // exact: at most 4 significant bits
-}
-
 __device__ __forceinline__ int w_off(int n, int c) { return n * kBK + ((c ^ ((n >> 1) & 3)) << 4); }
 
 // The e4m3 weight of prefill_mma.cuh's main loop: block sums in blk, folded into acc with the
@@ -35,22 +25,22 @@ __device__ __forceinline__ int w_off(int n, int c) { return n * kBK + ((c ^ ((n 
 template <typename T, int MT> struct Fp8Weight {
   static constexpr int kStages = 4;              // 4 x (x + 8 KB): 96 KB at MT 4
   static constexpr int kStageBytes = kBN * kBK;  // 8 KB
-  static constexpr bool kSmemB = false;          // B decoded by each warp into registers
+  static constexpr prefill::BFrom kB = prefill::BFrom::kRegisters;  // decoded by each warp
   static constexpr int kUnroll = 4;
   const uint8_t* w;   // this thread's first chunk (row n0 + tid / 4, k 16 (tid % 4)), or the weight
   const uint8_t* w0;
-  int64_t n, k;
+  int64_t k;
   const float* srow;  // the scale row of this column tile
   prefill::Lane L;
   int col, rows_ok, so;  // chunk k offset; bit i: row i (64 i further) inside N; smem offset of chunk 0
   float blk[MT][4][4];
 
   __device__ __forceinline__ Fp8Weight(const uint8_t* w_, int64_t n_, int64_t k_, int64_t n0, const float* srow_)
-      : w0(w_), n(n_), k(k_), srow(srow_) {
+      : w0(w_), k(k_), srow(srow_) {
     const int r = L.tid >> 2, c = L.tid & 3;
     col = 16 * c;
-    rows_ok = (n0 + r < n ? 1 : 0) | (n0 + r + 64 < n ? 2 : 0);
-    w = w_ + (n0 + r < n ? (n0 + r) * k : 0) + col;
+    rows_ok = (n0 + r < n_ ? 1 : 0) | (n0 + r + 64 < n_ ? 2 : 0);
+    w = w_ + (n0 + r < n_ ? (n0 + r) * k : 0) + col;
     so = w_off(r, c);  // row r + 64: the same swizzle ((r / 2) % 4 unchanged), 64 kBK bytes further
   }
   __device__ __forceinline__ void load(unsigned char* ws, int kt) const {
@@ -66,8 +56,8 @@ template <typename T, int MT> struct Fp8Weight {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const unsigned char* wr = ws + w_off(L.wn * 32 + nt * 8 + L.g, k16);
-      bf[nt][0] = b_pair<T>(*reinterpret_cast<const uint16_t*>(wr + 2 * L.t));
-      bf[nt][1] = b_pair<T>(*reinterpret_cast<const uint16_t*>(wr + 8 + 2 * L.t));
+      bf[nt][0] = nvfp4::e4m3x2_to<T>(*reinterpret_cast<const uint16_t*>(wr + 2 * L.t));
+      bf[nt][1] = nvfp4::e4m3x2_to<T>(*reinterpret_cast<const uint16_t*>(wr + 8 + 2 * L.t));
     }
   }
   using Acc = float[MT][4][4];

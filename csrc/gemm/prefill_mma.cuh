@@ -10,11 +10,12 @@
 // barrier that ends the use of its buffer). Per stage:
 //   1. wait for stage kt, barrier;
 //   2. issue the copies of stage kt + kStages - 1;
-//   3. (W::kSmemB) every thread decodes its share of the stage's weights (W::decode: 16 pairs a
-//      thread) into the 16-bit weight tile, exactly; barrier;
-//   4. the mma steps: A fragments by ldmatrix.x4; B fragments by ldmatrix.x4 from the weight tile
-//      (kSmemB) or decoded by each warp from the raw stage into registers (W::b_frags).
-// Decoding once per CTA (kSmemB) halves the decode work (in registers each warp-row decodes its own
+//   3. (W::kB == BFrom::kDecoded) every thread decodes its share of the stage's weights (W::decode:
+//      16 pairs a thread) into the 16-bit weight tile, exactly; barrier;
+//   4. the mma steps: A fragments by ldmatrix.x4; B fragments by ldmatrix.x4 from a 16-bit tile
+//      (the decoded one, or the stage itself for a 16-bit weight: BFrom::kStage) or decoded by each
+//      warp from the raw stage into registers (BFrom::kRegisters, W::b_frags).
+// Decoding once per CTA (kDecoded) halves the decode work (in registers each warp-row decodes its own
 // copy, and each lane the scales of its rows) for a second barrier a stage and 16 KB: measured in
 // session 12 (benchmarks/lab/prefill_ab.py on the H200), 5% faster for NVFP4 (where the decode and
 // scales are the larger share), 15% slower for FP8 (a 4-instruction decode a pair, no scales, and
@@ -28,11 +29,11 @@
 // past the edges are never stored.
 //
 // The weight policy W provides:
-//   kStages, kStageBytes, kSmemB      stages, its raw bytes of one stage, and where B is decoded
+//   kStages, kStageBytes, kB          stages, its raw bytes of one stage, and where B comes from
 //   kUnroll                           k16 steps unrolled at a time (registers against hoisting)
 //   load(ws, kt)                      issue the cp.async copies of K tile kt into ws (every thread calls)
-//   decode(ws, wt)                    (kSmemB) its share of the landed stage ws into the 16-bit tile wt
-//   b_frags(ws, k16, bf)              (!kSmemB) the B fragments of step k16 (0..3) of the stage for this
+//   decode(ws, wt)                    (kDecoded) its share of the landed stage ws into the 16-bit tile wt
+//   b_frags(ws, k16, bf)              (kRegisters) the B fragments of step k16 (0..3) of the stage for this
 //                                     thread's 4 n8 tiles (columns wn * 32 + nt * 8 + g)
 //   sums(acc, kt) -> float[MT][4][4]& the accumulators tile kt's products go to
 //   tile_end(kt, nkt, acc)            after the tile's products (e.g. a block scale)
@@ -54,6 +55,9 @@ constexpr int kBN = 128;           // output columns of a CTA
 constexpr int kBK = 64;            // K of one stage
 constexpr int kThreads = 256;      // 8 warps: 2 (rows) x 4 (columns)
 constexpr int kWTileBytes = kBN * kBK * 2;  // the decoded 16-bit weight tile
+
+// Where a weight policy's B fragments come from (the main loop's step 4).
+enum class BFrom { kRegisters, kDecoded, kStage };
 
 template <int MT> struct Tile {
   static constexpr int kBM = 32 * MT;                 // rows of a CTA
@@ -82,9 +86,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// The x copies of a K tile: BM rows x 8 chunks, MT chunks a thread, all in chunk column tid % 8 (rows
-// tid / 8 + 32 i): the row pointers and their checks are made once, a tile adds kt * kBK. x rows
-// 16-byte aligned, K a multiple of 8.
+// The copies of a K tile of a 16-bit row-major operand (x; the head's weight): 32 MT rows x 8 chunks,
+// MT chunks a thread, all in chunk column tid % 8 (rows tid / 8 + 32 i): the row pointers and their
+// checks are made once, a tile adds kt * kBK. Rows 16-byte aligned, K a multiple of 8.
 template <int MT, typename T> struct XLoader {
   const T* base;      // this thread's first chunk (row m0 + tid / 8, column 8 (tid % 8)), or x
   const T* x;
@@ -133,7 +137,7 @@ __device__ __forceinline__ void tile_b_frags(const unsigned char* tile, int b_ro
 
 // Shared memory of the main loop: W::kStages stages of x and raw weights, then the weight tile.
 template <int MT, class W> constexpr int smem_bytes() {
-  return W::kStages * (Tile<MT>::kXBytes + W::kStageBytes) + (W::kSmemB ? kWTileBytes : 0);
+  return W::kStages * (Tile<MT>::kXBytes + W::kStageBytes) + (W::kB == BFrom::kDecoded ? kWTileBytes : 0);
 }
 
 // The main loop: acc[mt][nt] (rows m0 + wm * 16 MT + mt * 16 + {g, g + 8}, columns n0 + wn * 32 +
@@ -166,7 +170,7 @@ __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m
     if (kt + kS - 1 < nkt) load(kt + kS - 1);
     cp_async_commit();
     const unsigned char* xs = smem + (kt % kS) * kStage;
-    if constexpr (W::kSmemB) {
+    if constexpr (W::kB == BFrom::kDecoded) {
       w.decode(xs + kX, wt);
       __syncthreads();        // the weight tile is whole
     }
@@ -176,8 +180,10 @@ __device__ __forceinline__ void mainloop(const T* x, int64_t x_stride, int64_t m
 #pragma unroll(W::kUnroll)
     for (int k16 = 0; k16 < kBK / 16; ++k16) {
       uint32_t bf[4][2];
-      if constexpr (W::kSmemB) {
+      if constexpr (W::kB == BFrom::kDecoded) {
         tile_b_frags(wt, b_row, b_chunk, k16, bf);
+      } else if constexpr (W::kB == BFrom::kStage) {
+        tile_b_frags(xs + kX, b_row, b_chunk, k16, bf);
       } else {
         w.b_frags(xs + kX, k16, bf);
       }
@@ -225,12 +231,13 @@ __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, con
 }
 
 // The launch of a prefill kernel family K (K::kernel<T, OUT, MT>() -> the __global__ function taking
-// P, K::smem<MT>() -> its dynamic shared memory): grid (row tiles, 128-column tiles), kThreads; tiles
+// P, K::Weight<MT> -> its weight policy, which sizes the dynamic shared memory): grid (row tiles, 128-column tiles), kThreads; tiles
 // of p.tile_rows rows (0: 64 up to 64 rows, else 128), OUT from p.out, T from bf16.
 template <class K, typename T, int OUT, int MT, class P>
 cudaError_t launch_tiles(const P& p, bool pdl, cudaStream_t stream) {
   auto kernel = K::template kernel<T, OUT, MT>();
-  constexpr int kSmem = K::template smem<MT>();
+  constexpr int kSmem = smem_bytes<MT, typename K::template Weight<MT>>();
+  static_assert(kSmem <= 99 * 1024, "the stages fit sm_121a's 99 KB");
   // above the default 48 KB a block must opt in (per device; not a stream operation)
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;

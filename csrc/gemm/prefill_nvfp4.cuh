@@ -24,7 +24,7 @@ __device__ __forceinline__ int w_off(int n, int c) { return n * (kBK / 2) + ((c 
 template <typename T, int MT> struct Nvfp4Weight {
   static constexpr int kStages = 4;                      // 4 x (x + 4.5 KB) + 16 KB: 98 KB at MT 4
   static constexpr int kStageBytes = kWBytes + kBN * 4;  // + 4 scales a row
-  static constexpr bool kSmemB = true;                   // decoded once per CTA (prefill_mma.cuh)
+  static constexpr prefill::BFrom kB = prefill::BFrom::kDecoded;  // once per CTA (prefill_mma.cuh)
   static constexpr int kUnroll = 2;                      // 128 registers: two CTAs an SM
   using Acc = float[MT][4][4];
   using T2 = typename nvfp4::PairDecode<T>::T2;
@@ -32,13 +32,12 @@ template <typename T, int MT> struct Nvfp4Weight {
   const uint8_t* sc;     // (tid < 128) row n0 + tid's scales, or the scales
   const uint8_t* w0;
   const uint8_t* sc0;
-  int64_t k;
   prefill::Lane L;
   bool ok, sok;
   int so;
 
-  __device__ __forceinline__ Nvfp4Weight(const uint8_t* w_, const uint8_t* scale_, int64_t n, int64_t k_, int64_t n0)
-      : w0(w_), sc0(scale_), k(k_) {
+  __device__ __forceinline__ Nvfp4Weight(const uint8_t* w_, const uint8_t* scale_, int64_t n, int64_t k, int64_t n0)
+      : w0(w_), sc0(scale_) {
     const int r = L.tid >> 1, c = L.tid & 1;
     ok = n0 + r < n;
     w = w_ + (ok ? (n0 + r) * (k / 2) : 0) + 16 * c;
