@@ -15,9 +15,8 @@ Providers:
   qwen38 ring / qwen38 argmax ring
                      the same ops on the ring kernel (QWEN38_HEAD_KERNEL=ring: other bits, each row
                      still its 1-row call's)
-  qwen38 ring ring32 on
-                     head_logits on the ring kernel with QWEN38_HEAD_RING32=1 (17..32 rows through the
-                     ring at two blocks per SM); same bits as qwen38 ring, timed at 17..32 rows only
+  qwen38 3 stages    head_logits with QWEN38_HEAD_STAGES=3 (auto gives grids of at most two tiles an SM
+                     4 stages: the draft vocabulary); same bits as qwen38
 bytes = the weight (2 V K), the activations (2 M K) and the output the provider writes (fp32 4 M V;
 bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax: 12 M).
 One weight copy already exceeds L2 many times over, so every call reads it cold.
@@ -78,8 +77,8 @@ PROVIDERS = (
     # the ring kernel (QWEN38_HEAD_KERNEL=ring; the default before session 12) and its 17..32-row knob
     Provider("qwen38 ring", bench.with_knobs(_qwen38, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 4 * m * v),
     Provider("qwen38 argmax ring", bench.with_knobs(_qwen38_argmax, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 12 * m),
-    Provider("qwen38 ring ring32 on", bench.with_knobs(_qwen38, QWEN38_HEAD_KERNEL="ring", QWEN38_HEAD_RING32="1"),
-             lambda m, v: 4 * m * v, min_rows=17),
+    # the tiles kernel at 3 stages whatever the grid (QWEN38_HEAD_STAGES=3: auto takes 4 for the draft vocabulary)
+    Provider("qwen38 3 stages", bench.with_knobs(_qwen38, QWEN38_HEAD_STAGES="3"), lambda m, v: 4 * m * v),
 )
 
 

@@ -220,6 +220,31 @@ def test_pdl_off_gives_the_same_bits():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 17, 32])
+@pytest.mark.parametrize("v", [1000, 40000])
+def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
+    """QWEN38_HEAD_STAGES (the tiles kernel's cp.async stages: 3 at three CTAs an SM, 4 at two; auto
+    picks by the grid, V = 1000 and 40000 leaving under and over two tiles an SM) changes no bit of
+    the logits nor of the greedy winner; a bad value is refused by name."""
+    if head_kernel != "tiles":
+        pytest.skip("a knob of the tiles kernel")
+    x, w = _case(m, v, seed=14)
+    y = OPS.head_logits(x, w)
+    idx, val = OPS.head_argmax(x, w)
+    for stages in ("3", "4", "auto"):
+        with q.knobs.override(QWEN38_HEAD_STAGES=stages):
+            qt.assert_bitwise_equal(OPS.head_logits(x, w), y, f"stages {stages}")
+            i2, v2 = OPS.head_argmax(x, w)
+            qt.assert_bitwise_equal(i2, idx, f"stages {stages} argmax index")
+            qt.assert_bitwise_equal(v2, val, f"stages {stages} argmax logit")
+    qt.assert_bitwise_equal(y[m - 1:m], OPS.head_logits(x[m - 1:m], w), "last row against its 1-row call")
+    for op in (OPS.head_logits, OPS.head_argmax):
+        with q.knobs.override(QWEN38_HEAD_STAGES="5"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_STAGES must be auto, 3 or 4, got '5'"):
+                op(x, w)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 16])
 def test_ring_depth_gives_the_same_bits(m, head_kernel):
     """QWEN38_HEAD_DEPTH (the 1..16-row weight ring's depth) changes no bit."""

@@ -46,15 +46,15 @@ __global__ void ref_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, int64
   if (threadIdx.x == 0) out[i] = red[0];
 }
 
-constexpr int kSmem = head_tiles_smem<__nv_bfloat16>();
+constexpr int kSmem = head_tiles_smem<__nv_bfloat16, 3>();
 
 void launch(const HeadParams& p, cudaStream_t s) {
   const dim3 grid(1, unsigned((p.v + kBN - 1) / kBN));
-  head_tiles_kernel<__nv_bfloat16, false><<<grid, kThreads, kSmem, s>>>(p);
+  head_tiles_kernel<__nv_bfloat16, false, 3><<grid, kThreads, kSmem, s>>>(p);
 }
 
 void run(const HeadParams& base, const std::vector<int>& rows, double ceiling) {
-  auto kernel = head_tiles_kernel<__nv_bfloat16, false>;
+  auto kernel = head_tiles_kernel<__nv_bfloat16, false, 3>;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   int bps = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kThreads, kSmem));

@@ -43,9 +43,23 @@ HeadFn head_fn(Act act, int64_t m, int ksplit, bool argmax, bool ring) {
   return argmax ? pick_kernel<__half, true>(m, ksplit, ring) : pick_kernel<__half, false>(m, ksplit, ring);
 }
 
+template <typename T, bool ARGMAX> HeadFn tiles_fn(int stages) {
+  return stages == 4 ? head_tiles_kernel<T, ARGMAX, 4> : head_tiles_kernel<T, ARGMAX, 3>;
+}
+
+HeadFn head_tiles_fn(Act act, bool argmax, int stages) {
+  if (act == Act::kBF16) return argmax ? tiles_fn<__nv_bfloat16, true>(stages) : tiles_fn<__nv_bfloat16, false>(stages);
+  return argmax ? tiles_fn<__half, true>(stages) : tiles_fn<__half, false>(stages);
+}
+
+int tiles_smem(Act act, int stages) {
+  if (act == Act::kBF16) return stages == 4 ? head_tiles_smem<__nv_bfloat16, 4>() : head_tiles_smem<__nv_bfloat16, 3>();
+  return stages == 4 ? head_tiles_smem<__half, 4>() : head_tiles_smem<__half, 3>();
+}
+
 }  // namespace
 
-cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, HeadPlan* plan) {
+cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, HeadPlan* plan) {
   plan->ksplit = head_k_split(k);
   plan->blocks = 0;
   plan->tiles = tiles;
@@ -55,7 +69,19 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
     const int64_t cols = (v + prefill::kBN - 1) / prefill::kBN;
     if (cols > 65535) return cudaErrorInvalidValue;
     plan->blocks = int(cols);
-    plan->smem = size_t(act == Act::kBF16 ? head_tiles_smem<__nv_bfloat16>() : head_tiles_smem<__half>());
+    // Stages (no bit changes): 3 stages at three CTAs an SM stream a grid of several waves at ~90% of
+    // the read ceiling; a grid that leaves at most two CTAs on an SM (the 32768-row draft vocabulary:
+    // 256 tiles on 132 SMs) has only two CTAs' stages in flight there, so it takes 4 stages.
+    if (stages == 0) {
+      int dev = 0, sms = 0;
+      cudaError_t err = cudaGetDevice(&dev);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      if (err != cudaSuccess) return err;
+      stages = cols <= 2 * int64_t(sms) ? 4 : 3;
+    }
+    if (stages != 3 && stages != 4) return cudaErrorInvalidValue;
+    plan->stages = stages;
+    plan->smem = size_t(tiles_smem(act, stages));
     return cudaSuccess;
   }
   // 17..32 rows (QWEN38_HEAD_RING32): head_argmax through the ring at two blocks per SM, head_logits
@@ -124,8 +150,7 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   p.depth = plan.depth;
   cudaError_t err;
   if (plan.tiles) {
-    const HeadFn fn = act == Act::kBF16 ? (argmax ? head_tiles_kernel<__nv_bfloat16, true> : head_tiles_kernel<__nv_bfloat16, false>)
-                                        : (argmax ? head_tiles_kernel<__half, true> : head_tiles_kernel<__half, false>);
+    const HeadFn fn = head_tiles_fn(act, argmax, plan.stages);
     // above the default 48 KB a block must opt in (per device; not a stream operation)
     err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem));
     if (err == cudaSuccess)

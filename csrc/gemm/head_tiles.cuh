@@ -1,8 +1,9 @@
 // The output head's "tiles" kernel (QWEN38_HEAD_KERNEL=tiles, the default): 1..32 rows of x against
 // the 16-bit weight on the tensor-core tile machinery of the prefill kernels (prefill_mma.cuh). A CTA
 // computes the 32 rows x 128 columns of one column tile: x (32 rows) and the weight tile stream
-// through 3 cp.async stages of 64 k, and the weight stage is itself the B operand's 16-bit tile
-// (ldmatrix, no decode); 8 warps of 16 rows x 32 columns, three CTAs an SM on the H200.
+// through 3 or 4 cp.async stages of 64 k (QWEN38_HEAD_STAGES; head_plan), and the weight stage is itself
+// the B operand's 16-bit tile (ldmatrix, no decode); 8 warps of 16 rows x 32 columns, three CTAs an SM on
+// the H200 at 3 stages, two at 4.
 //
 // Order of the sums (a function of K only: row invariance): a logit starts at +0 and takes the mma
 // steps of 16 k in increasing k, the products exact and the sum in fp32 inside the tensor core. A
@@ -30,12 +31,10 @@
 
 namespace qwen38::gemm {
 
-constexpr int kHeadTileStages = 3;
-
 // The 16-bit weight: the stage is the B operand's tile (x_off layout). Its 128 rows load as four
 // 32-row groups of an x tile do (prefill::XLoader, the weight's row stride K).
-template <typename T> struct HeadWeight {
-  static constexpr int kStages = kHeadTileStages;
+template <typename T, int S> struct HeadWeight {
+  static constexpr int kStages = S;
   static constexpr int kStageBytes = prefill::kBN * prefill::kBK * 2;  // 16 KB
   static constexpr prefill::BFrom kB = prefill::BFrom::kStage;
   static constexpr int kUnroll = 4;
@@ -49,24 +48,28 @@ template <typename T> struct HeadWeight {
   __device__ __forceinline__ void tile_end(int, int, Acc&) const {}
 };
 
-template <typename T> constexpr int head_tiles_smem() { return prefill::smem_bytes<1, HeadWeight<T>>(); }
-static_assert(head_tiles_smem<__half>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
+template <typename T, int S> constexpr int head_tiles_smem() { return prefill::smem_bytes<1, HeadWeight<T, S>>(); }
+static_assert(head_tiles_smem<__half, 4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
-// Three CTAs an SM where the shared memory allows (3 x 60 KB on sm_90a; one on sm_121a).
-template <typename T, bool ARGMAX>
-__global__ void __launch_bounds__(prefill::kThreads, 3) head_tiles_kernel(const HeadParams p) {
+// S stages (3 or 4: head_plan): 3 x 60 KB or 2 x 80 KB an SM on the H200 (launch bounds to match);
+// one CTA an SM on sm_121a either way.
+template <typename T, bool ARGMAX, int S>
+__global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_kernel(const HeadParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float red_val[4][kHeadMaxRows];
   __shared__ int32_t red_idx[4][kHeadMaxRows];
   const int64_t n0 = int64_t(blockIdx.y) * prefill::kBN;
 
   pdl_wait();  // x comes from the previous kernel
-  pdl_allow();
 
-  HeadWeight<T> w(static_cast<const T*>(p.w), p.v, p.k, n0);
+  HeadWeight<T, S> w(static_cast<const T*>(p.w), p.v, p.k, n0);
   float acc[1][4][4];
   zero_fill(acc);
   prefill::mainloop<1>(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, int64_t(0), w, smem, acc);
+  // The next kernel is let in only now: launched at the start, its CTAs would take the free CTA
+  // slots of a grid under one wave (the draft vocabulary's 256 tiles) before this grid's last CTAs
+  // start, and wait there; the next grid then lands unevenly (up to three CTAs on some SMs).
+  pdl_allow();
   if constexpr (!ARGMAX) {
     prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
   } else {
