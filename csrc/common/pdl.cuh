@@ -8,7 +8,13 @@
 //               waits - weight tensors are never written by a kernel of this library, and a
 //               foreign kernel does not trigger early, so its writes are complete by then);
 //   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
-//               scheduled early (it still waits in its own pdl_wait()).
+//               scheduled early (it still waits in its own pdl_wait()): at the start in most
+//               kernels; after the main loop in the head's tiles kernel. There, at the start, the
+//               successor's CTAs took the free CTA slots of a grid under two CTAs an SM (the
+//               draft vocabulary's 256 tiles) and waited: head_logits 100.8 us back to back
+//               against 82 once moved (H200, session 13). Moved in the weight readers and the GDN
+//               kernel too it gave mixed results (benchmarks/lab/pdl_ab.py,
+//               benchmarks/results/h200/NOTES.md), so they keep it at the start.
 // Both are no-ops when the kernel was launched without the attribute.
 #pragma once
 

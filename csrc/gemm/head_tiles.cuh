@@ -66,10 +66,7 @@ __global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_
   float acc[1][4][4];
   zero_fill(acc);
   prefill::mainloop<1>(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, int64_t(0), w, smem, acc);
-  // The next kernel is let in only now: launched at the start, its CTAs would take the free CTA
-  // slots of a grid under one wave (the draft vocabulary's 256 tiles) before this grid's last CTAs
-  // start, and wait there; the next grid then lands unevenly (up to three CTAs on some SMs).
-  pdl_allow();
+  pdl_allow();  // after the main loop (pdl.cuh: where a grid lets its successor in)
   if constexpr (!ARGMAX) {
     prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
   } else {
