@@ -488,7 +488,12 @@ def test_graph_equals_eager_and_deterministic(op):
     qt.assert_deterministic(fn, times=3)
     with knobs.override(QWEN38_PDL="0"):
         off = fn()
-    qt.assert_bitwise_equal(off[0], fn()[0], "QWEN38_PDL=0 vs 1")
+    on = fn()
+    qt.assert_bitwise_equal(off[0], on[0], "QWEN38_PDL=0 vs 1")
+    with knobs.override(QWEN38_SPREAD="1"):  # a launch detail (launch.cuh spread_smem): same bits
+        spread = fn()
+    qt.assert_bitwise_equal(spread[0], on[0], "QWEN38_SPREAD=1 vs 0: output")
+    qt.assert_bitwise_equal(spread[1], on[1], "QWEN38_SPREAD=1 vs 0: pool")
 
 
 @GPU

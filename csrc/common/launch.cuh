@@ -3,8 +3,12 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace qwen38 {
@@ -52,6 +56,60 @@ inline cudaError_t dynamic_smem_room(const void* kernel, size_t* room) {
 template <typename... KArgs>
 cudaError_t dynamic_smem_room(void (*kernel)(KArgs...), size_t* room) {
   return dynamic_smem_room(reinterpret_cast<const void*>(kernel), room);
+}
+
+// QWEN38_SPREAD=1: the dynamic shared memory to launch `blocks` CTAs of `threads` threads with, so
+// that no SM can hold more than ceil(blocks / SMs) of them. A grid under one wave is then spread
+// over the SMs evenly whatever else is resident when its CTAs are placed: a grid launched early
+// behind its predecessor (PDL) otherwise fills the slots that happen to be free first, up to the
+// kernel's occupancy on some SMs and fewer on others. `smem` (what the kernel uses) is returned
+// unchanged when the grid fills the kernel's occupancy, when the knob is off (the default), or
+// when no size within the block's limit caps it. Extra shared memory is never read: no bit changes.
+// The first call per (kernel, device, threads, smem, blocks) searches the size (occupancy queries,
+// not stream operations); later calls read a cache.
+inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int64_t blocks, size_t* out) {
+  *out = smem;
+  const char* knob = std::getenv("QWEN38_SPREAD");
+  if (knob == nullptr || std::strcmp(knob, "1") != 0 || blocks <= 0) return cudaSuccess;
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
+  int dev = 0, sms = 0, natural = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  const auto key = std::make_tuple(kernel, dev, threads, smem, blocks);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      *out = it->second;
+      return cudaSuccess;
+    }
+  }
+  size_t room = 0;
+  if (cudaError_t e = dynamic_smem_room(kernel, &room)) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem)) return e;
+  size_t best = smem;
+  const int64_t cap = (blocks + sms - 1) / sms;
+  int occ = 0;
+  if (natural > 0 && cap < natural && room > smem) {
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, room)) return e;
+    if (occ >= 1 && occ <= cap) {  // the smallest size in (smem, room] holding at most cap an SM
+      size_t lo = smem, hi = room;  // occupancy(lo) > cap >= occupancy(hi)
+      while (hi - lo > 128) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, mid)) return e;
+        (occ <= cap ? hi : lo) = mid;
+      }
+      best = hi;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  *out = cache[key] = best;
+  return cudaSuccess;
+}
+
+template <typename... KArgs>
+cudaError_t spread_smem(void (*kernel)(KArgs...), int threads, size_t smem, int64_t blocks, size_t* out) {
+  return spread_smem(reinterpret_cast<const void*>(kernel), threads, smem, blocks, out);
 }
 
 }  // namespace qwen38

@@ -58,7 +58,10 @@ cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
     q.splits = p.splits > 0 ? (p.splits < kMaxSplits ? p.splits : kMaxSplits) : auto_splits(kernel, smem, p);
   }
   const dim3 grid(kColBlocks * q.splits, kVHeads, unsigned(p.batch));
-  return launch_kernel(kernel, grid, dim3(kThreads), smem, stream, pdl, q);
+  size_t launch_smem = smem;  // QWEN38_SPREAD (launch.cuh)
+  if (const cudaError_t err = spread_smem(kernel, kThreads, smem, int64_t(grid.x) * grid.y * grid.z, &launch_smem))
+    return err;
+  return launch_kernel(kernel, grid, dim3(kThreads), launch_smem, stream, pdl, q);
 }
 
 template <typename T>

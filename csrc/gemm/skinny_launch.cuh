@@ -27,7 +27,9 @@ cudaError_t launch_skinny_one(P p, bool pdl, cudaStream_t stream) {
   const size_t smem = K::prepare(p, limit);
   if (smem > limit) return cudaErrorInvalidValue;
   const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)));
-  return launch_kernel(K::fn, grid, dim3(32 * KS), smem, stream, pdl, p);
+  size_t launch_smem = smem;  // QWEN38_SPREAD (launch.cuh)
+  if (cudaError_t e = spread_smem(K::fn, 32 * KS, smem, grid.x, &launch_smem)) return e;
+  return launch_kernel(K::fn, grid, dim3(32 * KS), launch_smem, stream, pdl, p);
 }
 
 template <template <typename, int, int, int> class KernelOf, typename T, int MT, int KS, typename P>

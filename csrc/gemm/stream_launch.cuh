@@ -25,7 +25,10 @@ struct StreamLaunch {
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
     const dim3 grid(unsigned(p.n / (8 * NT)));
-    return launch_kernel(Of::template fn<T, K, KS, NT, MT>, grid, dim3(32 * KS), 0, stream, pdl, p);
+    auto fn = Of::template fn<T, K, KS, NT, MT>;
+    size_t smem = 0;  // QWEN38_SPREAD (launch.cuh)
+    if (cudaError_t e = spread_smem(fn, 32 * KS, 0, grid.x, &smem)) return e;
+    return launch_kernel(fn, grid, dim3(32 * KS), smem, stream, pdl, p);
   }
 
   // (ksplit, nt, m16 tiles) -> an instantiation, or null when not compiled for K
