@@ -208,14 +208,15 @@ def test_table_prefill_rows_moves_the_auto_switch(op, clean_registry):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("n,k", [(12288, 5120), (1024, 5120), (200, 288)])
 def test_spread_gives_the_same_bits(op, n, k):
-    """QWEN38_SPREAD=1 (grids under one wave launched with unread shared memory capping the CTAs an
-    SM: csrc/common/launch.cuh) changes no bit, through the stream kernel (12288x5120) and the
-    skinny kernel, with and without PDL."""
+    """QWEN38_SPREAD (default 1: grids under one wave launched with unread shared memory capping the
+    CTAs an SM: csrc/common/launch.cuh) changes no bit against 0, through the stream kernel
+    (12288x5120) and the skinny kernel, with and without PDL."""
     from qwen38_kernels import knobs
     w = sweep.make_weights(op, n, k, seed=n)
     x = torch.randn(32, k, device="cuda", dtype=torch.bfloat16)
     f = getattr(torch.ops.qwen38, op)
-    ref = [f(x[:m], *w) for m in (1, 16, 17, 32)]
+    with knobs.override(QWEN38_SPREAD="0"):
+        ref = [f(x[:m], *w) for m in (1, 16, 17, 32)]
     for pdl in ("1", "0"):
         with knobs.override(QWEN38_SPREAD="1", QWEN38_PDL=pdl):
             got = [f(x[:m], *w) for m in (1, 16, 17, 32)]

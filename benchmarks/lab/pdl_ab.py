@@ -4,7 +4,7 @@ weight readers at the decode / verify row counts, graph-timed back to back on ro
 start (pdl.cuh) except the head's tiles kernel (after its main loop, session 13): with a grid under
 one wave the successor's CTAs take the free CTA slots early, and where they land decides how evenly
 the successor's grid spreads over the SMs. The question: what that costs each op, and whether
-QWEN38_SPREAD=1 (unread shared memory capping a grid under one wave at ceil(CTAs / SMs) an SM:
+QWEN38_SPREAD=1 (the default since session 13: unread shared memory capping a grid under one wave at ceil(CTAs / SMs) an SM:
 csrc/common/launch.cuh) takes the cost away (the head's tiles kernel takes no such cap: "-").
 
     python benchmarks/lab/pdl_ab.py [--out FILE.md]

@@ -58,19 +58,22 @@ cudaError_t dynamic_smem_room(void (*kernel)(KArgs...), size_t* room) {
   return dynamic_smem_room(reinterpret_cast<const void*>(kernel), room);
 }
 
-// QWEN38_SPREAD=1: the dynamic shared memory to launch `blocks` CTAs of `threads` threads with, so
+// QWEN38_SPREAD (default 1): the dynamic shared memory to launch `blocks` CTAs of `threads` threads with, so
 // that no SM can hold more than ceil(blocks / SMs) of them. A grid under one wave is then spread
 // over the SMs evenly whatever else is resident when its CTAs are placed: a grid launched early
 // behind its predecessor (PDL) otherwise fills the slots that happen to be free first, up to the
 // kernel's occupancy on some SMs and fewer on others. `smem` (what the kernel uses) is returned
-// unchanged when the grid fills the kernel's occupancy, when the knob is off (the default), or
-// when no size within the block's limit caps it. Extra shared memory is never read: no bit changes.
+// unchanged when the grid fills the kernel's occupancy, when the knob is 0, or when no size
+// within the block's limit caps it. Measured on the H200 (session 13, benchmarks/lab/pdl_ab.py):
+// nvfp4_linear 12288x5120 (384 CTAs, four an SM) back to back with PDL 19.1 / 21.9 us at 1 / 16
+// rows, 16.6 / 19.6 spread (16.6 / 18.5 without PDL); the other weight shapes and the GDN
+// kernels within noise. Extra shared memory is never read: no bit changes.
 // The first call per (kernel, device, threads, smem, blocks) searches the size (occupancy queries,
 // not stream operations); later calls read a cache.
 inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int64_t blocks, size_t* out) {
   *out = smem;
   const char* knob = std::getenv("QWEN38_SPREAD");
-  if (knob == nullptr || std::strcmp(knob, "1") != 0 || blocks <= 0) return cudaSuccess;
+  if ((knob != nullptr && std::strcmp(knob, "0") == 0) || blocks <= 0) return cudaSuccess;
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
   int dev = 0, sms = 0, natural = 0;
