@@ -320,9 +320,17 @@ template <int I> struct IntTag { static constexpr int value = I; };
 // runs from it: one state read and one write per round instead of a commit's read + write and the
 // verify's read. Only with MODE kChain or kTree.
 // (Launch bounds with a minimum of 1 CTA per SM: without it ptxas for sm_121a held the bf16 tree
-// kernel to 128 registers and spilled; with it no instantiation spills on sm_90a or sm_121a.)
+// kernel to 128 registers and spilled; with it no instantiation spills on sm_90a or sm_121a.
+// The step: 6 CTAs an SM on sm_90 (80 registers, no spills; 96 at the free choice, 5 an SM): B = 8
+// is 1536 CTAs, 2.3 waves of 5 on 132 SMs, 1.9 of 6; B = 4 is 768, one wave of 6. sm_121a keeps 5
+// (at 6, 80 registers spill there); a launch detail, no bit changes.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define QWEN38_GDN_STEP_MIN_BLOCKS 5
+#else
+#define QWEN38_GDN_STEP_MIN_BLOCKS 6
+#endif
 template <Mode MODE, typename T, bool RAW, bool CIV>
-__global__ void __launch_bounds__(kThreads, 1) gdn_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STEP_MIN_BLOCKS : 1) gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;

@@ -212,21 +212,38 @@ template <int OUT, int MT, class F>
 __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, const void* bias, int bias_dtype,
                                       int64_t m, int64_t n, int64_t m0, int64_t n0, F f) {
   const Lane L;
+  // Elements 2h and 2h + 1 of a fragment are columns c and c + 1 of one row (c even): one 8-byte
+  // (fp32) or 4-byte (16-bit) store where both are in range and the pair is aligned (n even, y
+  // aligned to a pair).
+  const bool pairs = (n & 1) == 0 && reinterpret_cast<uintptr_t>(y) % (OUT == 2 ? 8 : 4) == 0;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t row = m0 + L.wm * 16 * MT + mt * 16 + L.g + (i >> 1) * 8;
-        const int64_t col = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = m0 + L.wm * 16 * MT + mt * 16 + L.g + h * 8;
+        const int64_t col = n0 + L.wn * 32 + nt * 8 + 2 * L.t;
         if (row >= m || col >= n) continue;
-        float v = f(acc[mt][nt][i]);
-        if (bias != nullptr) v = __fadd_rn(v, bias_at(bias, bias_dtype, col));
+        float v0 = f(acc[mt][nt][2 * h]), v1 = f(acc[mt][nt][2 * h + 1]);
+        if (bias != nullptr) {
+          v0 = __fadd_rn(v0, bias_at(bias, bias_dtype, col));
+          if (col + 1 < n) v1 = __fadd_rn(v1, bias_at(bias, bias_dtype, col + 1));
+        }
         const int64_t at = row * n + col;
-        if constexpr (OUT == 2) static_cast<float*>(y)[at] = v;
-        else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v);
-        else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
+        if (pairs && col + 1 < n) {
+          if constexpr (OUT == 2) *reinterpret_cast<float2*>(static_cast<float*>(y) + at) = make_float2(v0, v1);
+          else if constexpr (OUT == 1) *reinterpret_cast<__half2*>(static_cast<__half*>(y) + at) = __floats2half2_rn(v0, v1);
+          else *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
+          continue;
+        }
+        if constexpr (OUT == 2) static_cast<float*>(y)[at] = v0;
+        else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v0);
+        else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v0);
+        if (col + 1 >= n) continue;
+        if constexpr (OUT == 2) static_cast<float*>(y)[at + 1] = v1;
+        else if constexpr (OUT == 1) static_cast<__half*>(y)[at + 1] = __float2half_rn(v1);
+        else static_cast<__nv_bfloat16*>(y)[at + 1] = __float2bfloat16_rn(v1);
       }
 }
 
