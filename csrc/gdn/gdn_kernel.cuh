@@ -109,30 +109,13 @@ constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overf
 static_assert(kThreads == kSegs * kCols, "one thread per (segment, column)");
 static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping below assumes 32-row segments, 4 warps");
 
-// ---- the step's tile in shared memory ----------------------------------------------------------
-// The step moves its state tile (128 rows x the CTA's 32 columns: 128 bytes a row) with 16-byte
-// accesses: thread t copies chunks t + 128 i (i < 8; chunk c = row c / 8, columns 4 (c % 8) ..
-// +3), a warp access covering four whole 128-byte rows, into the tile below, and reads its own
-// column's 32 rows back from it (the store: the reverse). One 4-byte element a thread (the other
-// modes) makes every warp access touch four 128-byte lines for 128 bytes: at B >= 8 the step was
-// bound by L1 wavefronts (ncu: L1/TEX 76% busy, DRAM 28%). Same values in the same registers: no
-// bit changes. Row r of the tile starts at float r * 32 + (r / 32) * 8: a segment's rows are
-// shifted 8 banks from the previous segment's, so a warp's column reads (8 columns x 4 segments)
-// hit 32 different banks, and every chunk stays 16-byte aligned.
-constexpr int kTileChunks = kHeadK * kCols / 4 / kThreads;  // 16-byte chunks a thread copies (8)
-constexpr int kTileFloats = kHeadK * kCols + (kSegs - 1) * 8;
-__host__ __device__ constexpr int tile_at(int row, int c) { return row * kCols + c + (row / kSegLen) * 8; }
-static_assert(kTileChunks * 4 * kThreads == kHeadK * kCols && kCols == 32, "8 chunks of a 128-byte row");
-
 // ---- shared memory layout ----------------------------------------------------------------------
-// [stash: kSegLen x kThreads floats, tree only; the step's tile: kTileFloats][x: N x kinds x kVecFloats]
-// [vd: N x kCols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen]
-// [info: 4] (floats, then ints)
+// [stash: kSegLen x kThreads floats, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
+// [bet: N][par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4] (floats, then ints)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t stash_bytes(Mode m) {
-  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float)
-         : m == Mode::kStep ? size_t(kTileFloats) * sizeof(float) : 0;
+  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float) : 0;
 }
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
@@ -144,8 +127,7 @@ __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
 // The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
 static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
 // Staged vectors and their segments start 16-byte aligned (smem_raw is; the stash keeps it so).
-static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0 && stash_bytes(Mode::kTree) % 16 == 0 &&
-              stash_bytes(Mode::kStep) % 16 == 0, "16-byte segments");
+static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0 && stash_bytes(Mode::kTree) % 16 == 0, "16-byte segments");
 
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
@@ -731,27 +713,10 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   float S[kSegLen];
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
-  // (the step) the tile's 16-byte chunks (see "the step's tile"), held in S until they go to
-  // shared memory; the pool 16-byte aligned (the same for the whole grid), else one element a thread
-  float* tile_s = stash;
-  const float* chunk0 = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + cb * kCols;
-  const bool wide = MODE == Mode::kStep && (reinterpret_cast<uintptr_t>(p.pool) & 15) == 0;
   if (live && (n > 0 || nc > 0)) {
-    if (wide) {
 #pragma unroll
-      for (int i = 0; i < kTileChunks; ++i) {
-        const int c = tid + kThreads * i;
-        const float4 w = *reinterpret_cast<const float4*>(chunk0 + int64_t(c / 8) * kHeadV + 4 * (c % 8));
-        S[4 * i] = w.x;
-        S[4 * i + 1] = w.y;
-        S[4 * i + 2] = w.z;
-        S[4 * i + 3] = w.w;
-      }
-    } else {
-#pragma unroll
-      for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
-        S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
-    }
+    for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
+      S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
   }
 
   T* out = static_cast<T*>(p.out);
@@ -889,20 +854,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     }
   };
 
-  auto store_tile = [&]() {  // (contains a block barrier when `wide`: every thread calls it)
-    if (wide) {  // this thread's column into the tile (the places it read), then the chunks out
-#pragma unroll
-      for (int r = 0; r < kSegLen; ++r) tile_s[tile_at(seg * kSegLen + r, lcol)] = S[r];
-      __syncthreads();
-      float* dst0 = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + cb * kCols;
-#pragma unroll
-      for (int i = 0; i < kTileChunks; ++i) {
-        const int c = tid + kThreads * i;
-        *reinterpret_cast<float4*>(dst0 + int64_t(c / 8) * kHeadV + 4 * (c % 8)) =
-            *reinterpret_cast<const float4*>(tile_s + tile_at(c / 8, 4 * (c % 8)));
-      }
-      return;
-    }
+  auto store_tile = [&]() {
     float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) dst[r * kHeadV] = S[r];
@@ -987,21 +939,9 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     for (int j = tid; j < re - ra; j += kThreads) vlist[nanc + j] = ra + j;
     nv = nanc + (re - ra);
   }
-  if (wide) {  // (live: the tile's chunks are in S) into the tile; each column read back below
-#pragma unroll
-    for (int i = 0; i < kTileChunks; ++i) {
-      const int c = tid + kThreads * i;
-      *reinterpret_cast<float4*>(tile_s + tile_at(c / 8, 4 * (c % 8))) =
-          make_float4(S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]);
-    }
-  }
   __syncthreads();
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();
-  if (wide) {
-#pragma unroll
-    for (int r = 0; r < kSegLen; ++r) S[r] = tile_s[tile_at(seg * kSegLen + r, lcol)];
-  }
 
   if (MODE == Mode::kTree) {  // the loaded (or just committed) tile, for rebuilding an ancestor's state
 #pragma unroll
