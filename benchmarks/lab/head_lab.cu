@@ -50,7 +50,7 @@ constexpr int kSmem = head_tiles_smem<__nv_bfloat16, 3>();
 
 void launch(const HeadParams& p, cudaStream_t s) {
   const dim3 grid(1, unsigned((p.v + kBN - 1) / kBN));
-  head_tiles_kernel<__nv_bfloat16, false, 3><<grid, kThreads, kSmem, s>>>(p);
+  head_tiles_kernel<__nv_bfloat16, false, 3><<<grid, kThreads, kSmem, s>>>(p);
 }
 
 void run(const HeadParams& base, const std::vector<int>& rows, double ceiling) {
