@@ -982,3 +982,15 @@ def test_commit_verify_equals_separate_on_cuda_and_graphs():
 
     qt.assert_graph_equals_eager(fn)
     qt.assert_deterministic(fn, times=3)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_step_lab_compiles(tmp_path):
+    """benchmarks/lab/gdn_step_lab.cu (the persistent, pipelined step against the product step
+    kernel, bit for bit) still compiles against the kernel headers: it cannot drift from them."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-arch=sm_90a", "--expt-relaxed-constexpr", "-c",
+                        "-I", str(root / "csrc"), str(root / "benchmarks" / "lab" / "gdn_step_lab.cu"),
+                        "-o", str(tmp_path / "lab.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
