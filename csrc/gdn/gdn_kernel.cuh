@@ -322,8 +322,8 @@ template <int I> struct IntTag { static constexpr int value = I; };
 // (Launch bounds with a minimum of 1 CTA per SM: without it ptxas for sm_121a held the bf16 tree
 // kernel to 128 registers and spilled; with it no instantiation spills on sm_90a or sm_121a.
 // The step: 6 CTAs an SM on sm_90 (80 registers, no spills; 96 at the free choice, 5 an SM): B = 8
-// is 1536 CTAs, 2.3 waves of 5 on 132 SMs, 1.9 of 6; B = 4 is 768, one wave of 6. sm_121a keeps 5
-// (at 6, 80 registers spill there); a launch detail, no bit changes.)
+// is 1536 CTAs, 2.3 waves of 5 on 132 SMs, 1.9 of 6; B = 4 is 768, one wave of 6. sm_100 and later
+// (sm_121a) keep 5: at 6, sm_121a's 80 registers spill; a launch detail, no bit changes.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
 #define QWEN38_GDN_STEP_MIN_BLOCKS 5
 #else
