@@ -132,6 +132,10 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
     const float* st = reinterpret_cast<const float*>(buf);
     const __nv_bfloat16* kseg = reinterpret_cast<const __nv_bfloat16*>(buf + kStateFloats * 4) + seg * kSegLen;
     const __nv_bfloat16* qseg = kseg + kHeadK;
+    auto kq8 = [&](int r0, float (&kx)[8], float (&qx)[8]) {  // rows r0 .. r0 + 7 of k's and q's segment
+      bf16x8(kseg + r0, kx);
+      bf16x8(qseg + r0, qx);
+    };
     const float vv = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(buf + kStateFloats * 4)[2 * kHeadK + lcol]);
 
     // ---- the step of tile t (the product's arithmetic: gdn_kernel.cuh normalize, run_tokens) ----
@@ -139,8 +143,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
 #pragma unroll
     for (int r0 = 0; r0 < kSegLen; r0 += 8) {
       float kx[8], qx[8];
-      bf16x8(kseg + r0, kx);
-      bf16x8(qseg + r0, qx);
+      kq8(r0, kx, qx);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         sk = r0 + e == 0 ? mul(kx[0], kx[0]) : fma_rn(kx[e], kx[e], sk);
@@ -174,8 +177,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
 #pragma unroll
     for (int r0 = 0; r0 < kSegLen; r0 += 8) {
       float kx[8], qx[8];
-      bf16x8(kseg + r0, kx);
-      bf16x8(qseg + r0, qx);
+      kq8(r0, kx, qx);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int r = r0 + e;

@@ -216,6 +216,11 @@ __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, con
   // (fp32) or 4-byte (16-bit) store where both are in range and the pair is aligned (n even, y
   // aligned to a pair).
   const bool pairs = (n & 1) == 0 && reinterpret_cast<uintptr_t>(y) % (OUT == 2 ? 8 : 4) == 0;
+  auto put = [y](int64_t at, float v) {  // one element, rounded once to the output type
+    if constexpr (OUT == 2) static_cast<float*>(y)[at] = v;
+    else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v);
+    else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
+  };
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -237,13 +242,8 @@ __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, con
           else *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(y) + at) = __floats2bfloat162_rn(v0, v1);
           continue;
         }
-        if constexpr (OUT == 2) static_cast<float*>(y)[at] = v0;
-        else if constexpr (OUT == 1) static_cast<__half*>(y)[at] = __float2half_rn(v0);
-        else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v0);
-        if (col + 1 >= n) continue;
-        if constexpr (OUT == 2) static_cast<float*>(y)[at + 1] = v1;
-        else if constexpr (OUT == 1) static_cast<__half*>(y)[at + 1] = __float2half_rn(v1);
-        else static_cast<__nv_bfloat16*>(y)[at + 1] = __float2bfloat16_rn(v1);
+        put(at, v0);
+        if (col + 1 < n) put(at + 1, v1);
       }
 }
 
