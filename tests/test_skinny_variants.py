@@ -222,3 +222,45 @@ def test_spread_gives_the_same_bits(op, n, k):
             got = [f(x[:m], *w) for m in (1, 16, 17, 32)]
         for m, a, b in zip((1, 16, 17, 32), ref, got):
             assert torch.equal(_bits(a), _bits(b)), f"spread, PDL {pdl}, {m} rows"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n,k,nt", [(48, 5120, 1), (96, 5120, 1), (1024, 5120, 1), (1024, 5120, 4), (512, 5120, 2),
+                                    (5120, 6144, 4), (256, 17408, 2)])
+def test_cluster_gives_the_same_bits(op, n, k, nt, clean_registry):
+    """QWEN38_SKINNY_CLUSTER (auto: a grid of few output tiles spreads each tile's 8 k-split warps over
+    the CTAs of a cluster, the partials summed in the first CTA's shared memory in warp order;
+    stream_launch.cuh) changes no bit against one CTA a tile (1), for every cluster size, with and
+    without PDL, with bias and fp32 output; and the stream kernel's 1-tile form (the model's small
+    weights) writes the bits of the ring/skinny kernel. (FP8 carries the cluster form at K = 5120
+    only: elsewhere the knob leaves its launch as it is.)"""
+    from qwen38_kernels import knobs, testing as qt
+    _C.set_skinny_variant(op, n, k, 8, nt, nt)
+    w = sweep.make_weights(op, n, k, seed=n + nt)
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
+    x = qt.randn_nonzero(32, k, dtype=torch.bfloat16, device="cuda", seed=n)
+    f = getattr(torch.ops.qwen38, op)
+
+    def call(t, b=None, od=None):
+        return f(t, *w, b, od)
+
+    extras = ((None, None), (bias, torch.float32))
+    for pdl in ("1", "0"):
+        with knobs.override(QWEN38_PDL=pdl, QWEN38_SKINNY_CLUSTER="1"):
+            for value in ("auto", "2", "4", "8"):
+                qt.assert_knob_keeps_bits(call, x, "QWEN38_SKINNY_CLUSTER", value, rows=(1, 9, 16, 17, 32),
+                                          extras=extras, what=f"{op} {n}x{k} nt {nt}, PDL {pdl}: ")
+    stream_off = {"nvfp4_linear": ("QWEN38_NVFP4_STREAM", "0"), "fp8_block_linear": ("QWEN38_FP8_STREAM", "0")}[op]
+    qt.assert_knob_keeps_bits(call, x, *stream_off, rows=(1, 16, 17, 32), extras=extras, what="stream vs ring: ")
+    qt.assert_row_invariant(lambda t: call(t), x, max_rows=32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_bad_cluster_knob_is_named(op):
+    from qwen38_kernels import knobs
+    w = sweep.make_weights(op, 48, 5120, seed=1)
+    x = torch.randn(2, 5120, device="cuda", dtype=torch.bfloat16)
+    with knobs.override(QWEN38_SKINNY_CLUSTER="3"), pytest.raises(ValueError, match="QWEN38_SKINNY_CLUSTER"):
+        getattr(torch.ops.qwen38, op)(x, *w)

@@ -29,6 +29,47 @@ cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// launch_kernel in thread-block clusters of `cluster` CTAs along x (1: a plain launch; grid.x a
+// multiple of it).
+template <typename... KArgs, typename... Args>
+cudaError_t launch_kernel_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                  cudaStream_t stream, bool pdl, int cluster, Args&&... args) {
+  if (cluster <= 1) return launch_kernel(kernel, grid, block, smem, stream, pdl, std::forward<Args>(args)...);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// How many clusters of `cluster` CTAs of `kernel` (launched with grid, block, smem) the device can
+// hold at once (cudaOccupancyMaxActiveClusters).
+template <typename... KArgs>
+cudaError_t max_active_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, int cluster, int* n) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaOccupancyMaxActiveClusters(n, kernel, &cfg);
+}
+
 // The largest dynamic shared memory a block of `kernel` may use on the current device: the opt-in
 // limit less the kernel's static shared memory. The first call per (kernel, device) raises the
 // kernel's attribute to it (later calls read a cache), so any launch up to *room is allowed.
@@ -70,10 +111,14 @@ cudaError_t dynamic_smem_room(void (*kernel)(KArgs...), size_t* room) {
 // kernels within noise. Extra shared memory is never read: no bit changes.
 // The first call per (kernel, device, threads, smem, blocks) searches the size (occupancy queries,
 // not stream operations); later calls read a cache.
+inline bool spread_enabled() {
+  const char* knob = std::getenv("QWEN38_SPREAD");
+  return knob == nullptr || std::strcmp(knob, "0") != 0;
+}
+
 inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int64_t blocks, size_t* out) {
   *out = smem;
-  const char* knob = std::getenv("QWEN38_SPREAD");
-  if ((knob != nullptr && std::strcmp(knob, "0") == 0) || blocks <= 0) return cudaSuccess;
+  if (!spread_enabled() || blocks <= 0) return cudaSuccess;
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
   int dev = 0, sms = 0, natural = 0;

@@ -179,6 +179,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   p.x_stride = x_stride;
   p.out = int(out_of(od));
   p.stream = fp8_stream_mode();
+  p.cluster = skinny_cluster(kOp);
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kFp8Block, "fp8_block.json", n, k);
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();

@@ -21,6 +21,9 @@ struct Fp8BlockParams {
                                   // shape (fp8_stream_kernel.cuh), 2 = the same at 1..16 rows only,
                                   // 0 = always the skinny kernel;
                                   // changes no bit
+  int cluster = 0;                 // register-stream kernel: CTAs of a cluster sharing an output
+                                   // tile's k-split warps, 1/2/4/8 (capped at the k split), 0 = by
+                                   // the grid (stream_launch.cuh); changes no bit
   int tile_rows = 0;              // "mma" prefill: rows of a CTA tile, 64 or 128 (0: 64 up to 64
                                   // rows, else 128); changes no bit
 };

@@ -4,6 +4,9 @@
 // 2 or 4 tiles per warp alike (sm_90a 178-230 registers, no spills; k split 8 with 4 tiles spills
 // on sm_121a at 255). Session 6 measured the 2-tile wide form 8-20% slower than the skinny kernel
 // at 32 rows; the 4-tile form is new (QWEN38_FP8_STREAM=narrow: 1..16 rows only, for the A/B).
+// 1 tile a warp at K 5120 with k split 8 (the model's 48- to 1024-row weights: every step in
+// flight at once, the activations a step ahead, as in nvfp4_stream_kernel.cuh), with the cluster
+// form (stream_common.cuh kFp8StreamClusters).
 #include "gemm/fp8_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 
@@ -15,6 +18,8 @@ struct Fp8StreamOf {
   static constexpr auto fn = fp8_stream_kernel<T, K, KS, NT, MT>;
   static constexpr bool kWide = true;  // (4 tiles at k split 8: neither row range, see above)
   static constexpr bool kKs8Nt4 = false;
+  template <int K, int KS>
+  static constexpr bool kClusters = kFp8StreamClusters<K, KS>;
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8BlockParams>;
 

@@ -1,18 +1,19 @@
-// fp8_block_linear, 1..16 rows, the register-stream kernel: the arithmetic, k split and k order of
+// fp8_block_linear, 1..32 rows, the register-stream kernel: the arithmetic, k split and k order of
 // the skinny kernel (fp8_block_linear_kernel.cuh; read its header first), so it writes the same
 // bits, with the NVFP4 register-stream kernel's load scheme (nvfp4_stream_kernel.cuh): each
 // thread's 32 weight bytes of a tile and step go from global memory straight into registers,
 // `depth` steps ahead; K is a compile-time constant (every offset an immediate, no k predicates).
 //
-// Served: 1..16 rows, K in {5120, 6144, 17408}, N a multiple of 8 NT, a compiled (k split, NT);
-// other shapes and 17..32 rows take the skinny kernel (same bits). Rows at or past M read the
-// static zero row. (The template keeps MT 2, a second m16 tile, for the lab; it is not built.)
+// Served: 1..32 rows (17..32: MT 2, a second m16 tile), K in {5120, 6144, 17408}, N a multiple of
+// 8 NT, a compiled (k split, NT) (fp8_stream_kernel.cu); other shapes take the skinny kernel (same
+// bits). Rows at or past M read the static zero row.
 //
 //   step s of warp w (its contiguous steps [w S / KS, (w+1) S / KS)): thread (g, t) holds
 //   W[n + g][128 s + 32 t .. + 31] of each tile (two 16-byte loads) and the tile's fp32 block
 //   scale; word q (activations x[row][128 s + 32 t + 8 q .. + 7], one 16-byte load per row half,
 //   one word ahead) feeds mmas 2q and 2q+1 of every tile: bytes 4j .. 4j+3 of the chunk are mma j.
 //   Per tile and step the 8 mmas sum the block from zero, then acc = acc + fp32(S_b * scale).
+//   1 tile a warp (K 5120, k split 8) and the cluster form: as in nvfp4_stream_kernel.cuh.
 #pragma once
 
 #include "common/mma.cuh"
@@ -30,17 +31,24 @@ template <int NT>
 constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
 
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
     fp8_stream_kernel(const Fp8BlockParams p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
-  constexpr int kD = kFp8StreamDepth<NT>;
+  // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
+  // weights in flight from the start, and the activations a whole step (4 words) ahead
+  constexpr int kD = NT == 1 ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1) : kFp8StreamDepth<NT>;
+  constexpr bool kXStep = NT == 1;
   constexpr int kH = 2 * MT;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
   __shared__ float partial[KSPLIT][MT * 16][8];
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
+  constexpr bool kCl = kFp8StreamClusters<K, KSPLIT>;
+  if constexpr (kCl)
+    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster
+  const int lane = threadIdx.x % 32, warp = stream_tile<kCl>(8 * NT).warp;
   const int g = lane / 4, t = lane % 4;
-  const int64_t nb = int64_t(blockIdx.x) * 8 * NT;
+  const int64_t nb = stream_tile<kCl>(8 * NT).n0;
   const int s0 = warp * kSW;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
   const float* scp[NT];  // the tile's scale row (its 8 rows share one: 128 % 8 == 0)
@@ -65,6 +73,14 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
+  // kXStep: word q of the next step loads as soon as word q of this step is copied out
+  uint4 xs[kXStep ? 4 : 1][kH];
+  if constexpr (kXStep) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + 8 * q);
+  }
 
   for (int s = 0; s < kSW; s += kD) {
 #pragma unroll
@@ -90,16 +106,27 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
       float blk[NT][MT][4];
       stream::zero_fill(blk);
       uint4 xn[kH];
+      if constexpr (!kXStep) {
 #pragma unroll
-      for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss);
+        for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss);
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
+        if constexpr (kXStep) {
 #pragma unroll
-        for (int h = 0; h < kH; ++h) xc[h] = xn[h];
-        if (q < 3) {
+          for (int h = 0; h < kH; ++h) xc[h] = xs[q][h];
+          if (ss + 1 < kSW) {
 #pragma unroll
-          for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss + 8 * (q + 1));
+            for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + kStepK * (ss + 1) + 8 * q);
+          }
+        } else {
+#pragma unroll
+          for (int h = 0; h < kH; ++h) xc[h] = xn[h];
+          if (q < 3) {
+#pragma unroll
+            for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss + 8 * (q + 1));
+          }
         }
         // A fragments of mmas 2q and 2q+1 (natural k order): {row g, row g+8, row g, row g+8} of m16
         // tile mt; register r of a row's word = elements 2r, 2r+1
@@ -138,10 +165,21 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
     }
   }
 
+  // the tile position read again (nothing kept live across the main loop)
+  const int warp_e = stream_tile<kCl>(8 * NT).warp;
+  const int64_t nb_e = stream_tile<kCl>(8 * NT).n0;
+  if constexpr (kCl) {
+    if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
+      extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)
+      reduce_and_store_cluster<MT, KSPLIT, NT>(reinterpret_cast<float*>(cluster_buf), acc, cl.rank, warp_e, g, t, 1.0f,
+                                               1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e);
+      return;
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
-    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp, g, t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m,
-                                 p.n, nb + 8 * nt);
+    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp_e, g, t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m,
+                                 p.n, nb_e + 8 * nt);
 }
 
 }  // namespace qwen38::gemm

@@ -57,6 +57,18 @@ inline int prefill_tile_rows(const char* op) {
   return 0;
 }
 
+// QWEN38_SKINNY_CLUSTER: CTAs of a thread-block cluster sharing one output tile's k-split warps in
+// the register-stream kernels (stream_launch.cuh): 0 (auto: by the grid) or 1, 2, 4, 8. A launch
+// detail that changes no bit (the partials are summed in the same warp order).
+inline int skinny_cluster(const char* op) {
+  const char* v = std::getenv("QWEN38_SKINNY_CLUSTER");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
+  for (const char* c : {"1", "2", "4", "8"})
+    if (std::strcmp(v, c) == 0) return *v - '0';
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_SKINNY_CLUSTER must be auto, 1, 2, 4 or 8, got '", v, "'");
+  return 0;
+}
+
 // bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel
 // (0 bf16, 1 fp16, 2 fp32); 0 when there is no bias.
 inline int check_bias(const char* op, const std::optional<at::Tensor>& bias, int64_t n, const at::Tensor& x) {

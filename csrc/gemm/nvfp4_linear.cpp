@@ -161,6 +161,7 @@ void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, const SkinnyVariant& 
   p.depth = ring_depth();
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
+  p.cluster = skinny_cluster(kOp);
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);

@@ -28,6 +28,9 @@ struct Nvfp4Params {
   int stream = 1;                  // skinny kernel: 1 = the register-stream kernel where it serves
                                    // the shape (nvfp4_stream_kernel.cuh), 0 = always the ring
                                    // kernel; changes no bit
+  int cluster = 0;                 // register-stream kernel: CTAs of a cluster sharing an output
+                                   // tile's k-split warps, 1/2/4/8 (capped at the k split), 0 = by
+                                   // the grid (stream_launch.cuh); changes no bit
   int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (0: 64 up to 64
                                    // rows, else 128); changes no bit
 };

@@ -1,5 +1,6 @@
 // Instantiations and launch of the NVFP4 register-stream kernel (nvfp4_stream_kernel.cuh): 1..16
-// rows with 2 or 4 tiles per warp, 17..32 rows with 2 or 4 (stream_launch.cuh).
+// rows with 2 or 4 tiles per warp, 17..32 rows with 2 or 4, and 1 at K 5120 with k split 8
+// (stream_launch.cuh); the k split 8 kernels carry the cluster form.
 #include "gemm/nvfp4_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 
@@ -11,6 +12,8 @@ struct Nvfp4StreamOf {
   static constexpr auto fn = nvfp4_stream_kernel<T, K, KS, NT, MT>;
   static constexpr bool kWide = true;
   static constexpr bool kKs8Nt4 = true;
+  template <int K, int KS>
+  static constexpr bool kClusters = kStreamClusters<K, KS>;
 };
 using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Params>;
 

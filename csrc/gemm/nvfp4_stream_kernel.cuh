@@ -20,6 +20,16 @@
 //   ahead), re-paired (i, i+4) by PRMTs written straight into the A fragments of mmas 2q and 2q+1,
 //   which every tile then uses (word outer, tiles inner: the same mma order per tile as the ring
 //   kernel, so the same sums).
+//   1 tile a warp (NT 1: K 5120 at k split 8, the model's 48- to 1024-row weights, whose warps
+//   hold 5 steps each): all of a warp's steps load at once, and the activations go a whole step
+//   ahead (word q of step s + 1 loads as word q of step s is copied out), so a warp waits for
+//   about one memory latency a step instead of one a word (H200, 48x5120: 3.55 / 7.62 us at 1 / 32
+//   rows against 4.34 / 7.87 one word ahead; benchmarks/results/h200/cluster_ab_14_*.md).
+//
+// Cluster form (k split 8, stream_common.cuh kStreamClusters): launched in clusters of C CTAs a
+// tile (stream_launch.cuh, QWEN38_SKINNY_CLUSTER), CTA r of a cluster runs warps r KS/C ..
+// (r+1) KS/C - 1 of the tile, and the partials are summed in the first CTA's shared memory in the
+// same warp order (skinny_common.cuh reduce_and_store_cluster): the same bits.
 #pragma once
 
 #include "common/mma.cuh"
@@ -38,18 +48,25 @@ constexpr int kStreamDepth = 2;  // steps of weights in registers ahead of their
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same).
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
     nvfp4_stream_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   constexpr int kRowB = K / 2, kRowS = K / 16;                // weight / scale bytes per row
-  constexpr int kD = kStreamDepth;
+  // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
+  // weights in flight from the start, and the activations a whole step (4 words) ahead
+  constexpr int kD = NT == 1 ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1) : kStreamDepth;
+  constexpr bool kXStep = NT == 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
   __shared__ float partial[KSPLIT][MT * 16][8];
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
+  constexpr bool kCl = kStreamClusters<K, KSPLIT>;
+  if constexpr (kCl)
+    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster
+  const int lane = threadIdx.x % 32, warp = stream_tile<kCl>(8 * NT).warp;
   const int g = lane / 4, t = lane % 4;
-  const int64_t nb = int64_t(blockIdx.x) * 8 * NT;
+  const int64_t nb = stream_tile<kCl>(8 * NT).n0;
   const int s0 = warp * kSW;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
@@ -73,6 +90,14 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
+  // kXStep: word q of the next step loads as soon as word q of this step is copied out
+  uint4 xs[kXStep ? 4 : 1][kH];
+  if constexpr (kXStep) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + 8 * q);
+  }
 
   for (int s = 0; s < kSW; s += kD) {
 #pragma unroll
@@ -103,16 +128,27 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
       // word q outer, tiles inner: only word q's A fragments are live; the activations of word
       // q + 1 load while word q is decoded
       uint4 xn[kH];
+      if constexpr (!kXStep) {
 #pragma unroll
-      for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
+        for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
+        if constexpr (kXStep) {
 #pragma unroll
-        for (int h = 0; h < kH; ++h) xc[h] = xn[h];
-        if (q < 3) {
+          for (int h = 0; h < kH; ++h) xc[h] = xs[q][h];
+          if (ss + 1 < kSW) {
 #pragma unroll
-          for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
+            for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + 128 * (ss + 1) + 8 * q);
+          }
+        } else {
+#pragma unroll
+          for (int h = 0; h < kH; ++h) xc[h] = xn[h];
+          if (q < 3) {
+#pragma unroll
+            for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
+          }
         }
         // A fragments of mmas 2q, 2q+1 (k slots re-paired (i, i+4), pair_by_four's registers 4q..4q+3):
         // {row g, row g+8, row g, row g+8} of m16 tile mt (rows + 16 mt)
@@ -142,10 +178,22 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   }
 
   const float gscale = *p.global;
+  // the tile position read again (nothing kept live across the main loop)
+  const int warp_e = stream_tile<kCl>(8 * NT).warp;
+  const int64_t nb_e = stream_tile<kCl>(8 * NT).n0;
+  if constexpr (kCl) {
+    if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
+      extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)
+      reduce_and_store_cluster<MT, KSPLIT, NT>(reinterpret_cast<float*>(cluster_buf), acc, cl.rank, warp_e, g, t,
+                                               nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype, p.y, p.out, p.m,
+                                               p.n, nb_e);
+      return;
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
-    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
-                                 p.y, p.out, p.m, p.n, nb + 8 * nt);
+    reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp_e, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
+                                 p.y, p.out, p.m, p.n, nb_e + 8 * nt);
 }
 
 }  // namespace qwen38::gemm

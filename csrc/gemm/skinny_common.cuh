@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "common/cluster.cuh"
 #include "common/vec.cuh"
 
 namespace qwen38::gemm {
@@ -75,9 +76,21 @@ __device__ __forceinline__ float load_bias(const void* b, int dtype, int64_t n) 
   return __bfloat162float(static_cast<const __nv_bfloat16*>(b)[n]);
 }
 
+// One output of an 8-column tile from its k-split partials: 0 + part(0) + part(1) + ... (warp
+// order), times `unscale` (a power of two: exact), times `gscale`, + bias in fp32, rounded once.
+template <int KSPLIT, typename Part>
+__device__ __forceinline__ void store_one(Part part, float unscale, float gscale, const void* bias, int bias_dtype,
+                                          void* y, int out, int64_t r, int64_t n, int64_t nn) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < KSPLIT; ++w) sum += part(w);
+  float v = __fmul_rn(__fmul_rn(sum, unscale), gscale);  // never contracted into an fma with the bias
+  if (bias != nullptr) v = __fadd_rn(v, load_bias(bias, bias_dtype, nn));
+  store_out(y, out, r * n + nn, v);
+}
+
 // Every warp's C fragments to shared memory; after a barrier each output of the 8-column tile is
-// 0 + partial[0] + partial[1] + ... (warp order), times `unscale` (a power of two: exact), times
-// `gscale`, + bias in fp32, rounded once. Ends with a barrier: `partial` can be reused at once.
+// stored by store_one. Ends with a barrier: `partial` can be reused at once.
 template <int MT, int KSPLIT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[MT][4],
                                                  int warp, int g, int t, float unscale, float gscale,
@@ -95,14 +108,46 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 1
     const int r = idx / 8, c = idx % 8;
     const int64_t nn = n0 + c;
     if (r >= m || nn >= n) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < KSPLIT; ++w) sum += partial[w][r][c];
-    float v = __fmul_rn(__fmul_rn(sum, unscale), gscale);  // never contracted into an fma with the bias
-    if (bias != nullptr) v = __fadd_rn(v, load_bias(bias, bias_dtype, nn));
-    store_out(y, out, int64_t(r) * n + nn, v);
+    store_one<KSPLIT>([&](int w) { return partial[w][r][c]; }, unscale, gscale, bias, bias_dtype, y, out, r, n, nn);
   }
   __syncthreads();
+}
+
+// The cluster form (QWEN38_SKINNY_CLUSTER, stream_launch.cuh): the KSPLIT warps of an output tile
+// are spread over the CTAs of a cluster (global warp index `warp` = rank x warps a CTA + local
+// warp). Every warp writes the C fragments of its NT tiles into `buf` of the cluster's CTA 0
+// (NT x KSPLIT x MT*16 x 8 floats of dynamic shared memory), one cluster barrier, and CTA 0 stores
+// every output through store_one in the same warp order: the bits of reduce_and_store. The caller
+// arrived on the cluster barrier at its start (cluster_arrive_relaxed): the wait here also makes
+// sure CTA 0 runs before anything is written into its shared memory.
+template <int MT, int KSPLIT, int NT>
+__device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float (&acc)[NT][MT][4], int rank,
+                                                         int warp, int g, int t, float unscale, float gscale,
+                                                         const void* bias, int bias_dtype, void* y, int out,
+                                                         int64_t m, int64_t n, int64_t nb) {
+  constexpr int kTile = MT * 16 * 8;  // floats of one warp's partial of one 8-column tile
+  cluster_wait();
+  const uint32_t base = cluster_map(buf, 0);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const uint32_t at = base + 4u * uint32_t((nt * KSPLIT + warp) * kTile + (mt * 16 + g) * 8 + 2 * t);
+      cluster_store(at, acc[nt][mt][0]);
+      cluster_store(at + 4, acc[nt][mt][1]);
+      cluster_store(at + 4 * 64, acc[nt][mt][2]);  // row g + 8
+      cluster_store(at + 4 * 64 + 4, acc[nt][mt][3]);
+    }
+  cluster_arrive_release();
+  cluster_wait();
+  if (rank != 0) return;
+  for (int idx = threadIdx.x; idx < NT * kTile; idx += blockDim.x) {
+    const int nt = idx / kTile, r = idx % kTile / 8, c = idx % 8;
+    const int64_t nn = nb + 8 * nt + c;
+    if (r >= m || nn >= n) continue;
+    const float* p = buf + nt * KSPLIT * kTile + r * 8 + c;
+    store_one<KSPLIT>([&](int w) { return p[w * kTile]; }, unscale, gscale, bias, bias_dtype, y, out, r, n, nn);
+  }
 }
 
 }  // namespace qwen38::gemm

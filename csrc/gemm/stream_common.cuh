@@ -12,7 +12,9 @@
 
 namespace qwen38::gemm {
 
-constexpr int kStreamMaxK = 17408;    // the zero row's length (the largest served K)
+constexpr int kStreamMaxK = 17408;
+constexpr int kStreamDepth1 = 8;      // at most this many steps in flight at 1 tile a warp (all of
+                                      // a warp's steps at K = 5120, k split 8: 5)    // the zero row's length (the largest served K)
 
 // K zeros: the activation row of the tile rows at or past M (16-byte aligned; static storage is
 // zero-initialized at module load and never written). One copy per translation unit that includes
@@ -49,11 +51,24 @@ __device__ __forceinline__ uint4 load_x(const void* p) {
 // GB10: 230 GB/s over 48 SMs, few bytes in flight needed per SM) keeps the compiler's choice: its
 // decode needs a few more registers and would spill under the cap.
 // 17..32 rows (MT 2) hold twice the A fragments and accumulators and would spill under the cap.
+// 1 tile a warp (NT 1) serves grids of few tiles (under one CTA an SM: occupancy does not matter)
+// and holds all of a warp's steps in flight, which the cap would spill.
 #ifdef QWEN38_HW_E2M1
-#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) 1
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) 1
 #else
-#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, MT) ((KSPLIT) >= 8 && (MT) == 1 ? 2 : 1)
+#define QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) ((KSPLIT) >= 8 && (NT) > 1 && (MT) == 1 ? 2 : 1)
 #endif
+
+// Whether the kernel for (K, k split) carries the cluster form (QWEN38_SKINNY_CLUSTER,
+// stream_launch.cuh). NVFP4: k split 8, the rule's split for weights of few rows (48 .. 1024 at
+// K = 5120) and for K = 6144 / 17408 (5120 rows: 160 tiles of 4 a warp, one or two 8-warp CTAs an
+// SM). FP8: K = 5120 at k split 8 only (the form's code pushed its fp16 K = 6144 build at 2 tiles a
+// warp into a spill under the 128-register cap). The k split 2 / 4 kernels (the large K = 5120
+// weights) fill the GPU evenly without one.
+template <int K, int KSPLIT>
+constexpr bool kStreamClusters = KSPLIT == 8;
+template <int K, int KSPLIT>
+constexpr bool kFp8StreamClusters = K == 5120 && KSPLIT == 8;
 
 namespace stream {
 

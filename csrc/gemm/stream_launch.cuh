@@ -3,14 +3,19 @@
 // and fp16, and picked at run time by (K, k split, tiles per warp, m16 tiles).
 //
 // Of: a traits type with `template <typename T, int K, int KS, int NT, int MT> static constexpr
-// auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4 with a second m16
-// tile) and `kKs8Nt4` (4 tiles per warp compiled at k split 8, at either row range).
+// auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4, and 1 at K 5120
+// with k split 8, with a second m16 tile), `kKs8Nt4` (4 tiles per warp compiled at k split 8, at
+// either row range) and `template <int K, int KS> kClusters` (the kernel carries the cluster form:
+// stream_common.cuh). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_launch.h"
@@ -22,13 +27,79 @@ template <typename Of, typename P>
 struct StreamLaunch {
   using Fn = cudaError_t (*)(const P&, bool, cudaStream_t);
 
+  // The dynamic shared memory the cluster form sums its partials in (NT x KS x MT*16 x 8 floats, in
+  // the cluster's first CTA; none without a cluster).
+  static size_t cluster_smem(int cl, int ks, int ntmt) { return cl > 1 ? size_t(ntmt) * ks * 16 * 8 * sizeof(float) : 0; }
+
+  // CTAs of a cluster sharing one output tile's KS warps (QWEN38_SKINNY_CLUSTER, p.cluster > 0: that
+  // count capped at KS). Auto: of 1, 2 and 4 (up to KS) the one that puts the fewest warps on the
+  // busiest SM, ceil(CTAs / SMs) x warps a CTA (ties: the smaller cluster), among those whose grid
+  // runs in one wave (the kernel's occupancy with the spread's shared memory, and every cluster
+  // placed at once: cudaOccupancyMaxActiveClusters). Two cases gain:
+  //  - a grid of few tiles (the model's 48- to 1024-row weights) reads all its activations through
+  //    a few SMs: at 32 rows each tile reads 32 x K x 2 bytes (327 KB at K = 5120). H200
+  //    (benchmarks/lab/cluster_ab.py): 48x5120 at 32 rows 7.62 us in one CTA a tile, 4.11 in
+  //    clusters of 4 (4.32 of 8);
+  //  - 160 tiles of 8 warps (the 5120-row weights at 4 tiles a warp) put two CTAs on 28 SMs and one
+  //    on the others; at 1..16 rows auto takes clusters of 2 (320 CTAs of 4 warps, at most 3 an SM):
+  //    5120x17408 at 1 / 16 rows 30.5 / 33.7 -> 26.8 / 31.8 us, 5120x6144 13.3 / 15.4 -> 12.4 /
+  //    14.4 (at 17..32 rows the wide kernel's occupancy leaves 1).
+  // A grid of clusters that does not fit at once runs in two waves (1024x5120 at 4 tiles a warp:
+  // 6.64 us in clusters of 2, 11.9 of 4; 5120x6144 at 4 tiles: 12.4 / 17.5 in clusters of 2 / 4).
+  // The first call per (kernel, device, tiles, QWEN38_SPREAD) queries; later calls read a cache.
+  template <typename... KArgs>
+  static cudaError_t cluster_of(void (*fn)(KArgs...), const P& p, int ks, int ntmt, int64_t tiles, int* out) {
+    if (p.cluster > 0) {
+      *out = p.cluster < ks ? p.cluster : ks;
+      return cudaSuccess;
+    }
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int64_t, bool>, int> cache;
+    int dev = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&dev)) return e;
+    // (the spread's shared memory enters the occupancy queries)
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(fn), dev, tiles, spread_enabled());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (const auto it = cache.find(key); it != cache.end()) {
+        *out = it->second;
+        return cudaSuccess;
+      }
+    }
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+    int best = 1;
+    int64_t best_warps = (tiles + sms - 1) / sms * ks;
+    for (int c = 2; c <= ks && c <= kAutoClusterMax; c *= 2) {
+      const int64_t ctas = tiles * c;
+      const int threads = 32 * ks / c;
+      size_t smem = 0;
+      if (cudaError_t e = spread_smem(fn, threads, cluster_smem(c, ks, ntmt), ctas, &smem)) return e;
+      int occ = 0, fit = 0;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
+      if (ctas > int64_t(occ) * sms) break;
+      if (cudaError_t e = max_active_clusters(fn, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, c, &fit)) return e;
+      if (fit < tiles) break;
+      const int64_t warps = (ctas + sms - 1) / sms * (ks / c);
+      if (warps < best_warps) best = c, best_warps = warps;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    *out = cache[key] = best;
+    return cudaSuccess;
+  }
+  static constexpr int kAutoClusterMax = 4;
+
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
-    const dim3 grid(unsigned(p.n / (8 * NT)));
+    const int64_t tiles = p.n / (8 * NT);
     auto fn = Of::template fn<T, K, KS, NT, MT>;
-    size_t smem = 0;  // QWEN38_SPREAD (launch.cuh)
-    if (cudaError_t e = spread_smem(fn, 32 * KS, 0, grid.x, &smem)) return e;
-    return launch_kernel(fn, grid, dim3(32 * KS), smem, stream, pdl, p);
+    int cl = 1;
+    if constexpr (Of::template kClusters<K, KS>)
+      if (cudaError_t e = cluster_of(fn, p, KS, NT * MT, tiles, &cl)) return e;
+    const dim3 grid(unsigned(tiles * cl)), block(unsigned(32 * KS / cl));
+    const size_t need = cluster_smem(cl, KS, NT * MT);
+    size_t smem = need;  // QWEN38_SPREAD (launch.cuh)
+    if (cudaError_t e = spread_smem(fn, int(block.x), need, grid.x, &smem)) return e;
+    return launch_kernel_cluster(fn, grid, block, smem, stream, pdl, cl, p);
   }
 
   // (ksplit, nt, m16 tiles) -> an instantiation, or null when not compiled for K
@@ -36,7 +107,12 @@ struct StreamLaunch {
   static Fn pick(int ks, int nt, int mt) {
     if (mt == 2) {
       if constexpr (Of::kWide) {
-        if (nt != 2 && nt != 4) return nullptr;
+        if (nt != 1 && nt != 2 && nt != 4) return nullptr;
+        if (nt == 1) {  // 1 tile a warp: K 5120 at k split 8 only
+          if constexpr (K == 5120)
+            if (ks == 8) return one<T, K, 8, 1, 2>;
+          return nullptr;
+        }
         if constexpr (K == 5120) {
           if (ks == 2) return nt == 4 ? one<T, K, 2, 4, 2> : one<T, K, 2, 2, 2>;
           if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 2> : one<T, K, 4, 2, 2>;
@@ -54,6 +130,8 @@ struct StreamLaunch {
       if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 1> : nt == 2 ? one<T, K, 4, 2, 1> : nullptr;
     }
     if (ks != 8) return nullptr;
+    if constexpr (K == 5120)  // 1 tile a warp: the small weights of the model (48 .. 1024 rows)
+      if (nt == 1) return one<T, K, 8, 1, 1>;
     if constexpr (Of::kKs8Nt4)
       if (nt == 4) return one<T, K, 8, 4, 1>;
     return nt == 2 ? one<T, K, 8, 2, 1> : nullptr;
