@@ -13,61 +13,54 @@
 
 namespace qwen38 {
 
-template <typename... KArgs, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, bool pdl, Args&&... args) {
+// A launch configuration with its attributes: a thread-block cluster of `cluster` CTAs along x
+// (when more than 1; grid.x a multiple of it) and programmatic dependent launch (when `pdl`).
+struct LaunchConfig {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
+  cudaLaunchAttribute attr[2];
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, int cluster) {
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    if (cluster > 1) {
+      cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = unsigned(cluster);
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if (pdl) {
+      cudaLaunchAttribute& a = attr[cfg.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
+  }
+  LaunchConfig(const LaunchConfig&) = delete;  // cfg.attrs points into this object
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
 
-// launch_kernel in thread-block clusters of `cluster` CTAs along x (1: a plain launch; grid.x a
-// multiple of it).
+// launch_kernel in thread-block clusters of `cluster` CTAs along x (1: a plain launch).
 template <typename... KArgs, typename... Args>
 cudaError_t launch_kernel_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                   cudaStream_t stream, bool pdl, int cluster, Args&&... args) {
-  if (cluster <= 1) return launch_kernel(kernel, grid, block, smem, stream, pdl, std::forward<Args>(args)...);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  const LaunchConfig c(grid, block, smem, stream, pdl, cluster);
+  return cudaLaunchKernelEx(&c.cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, bool pdl, Args&&... args) {
+  return launch_kernel_cluster(kernel, grid, block, smem, stream, pdl, 1, std::forward<Args>(args)...);
 }
 
 // How many clusters of `cluster` CTAs of `kernel` (launched with grid, block, smem) the device can
 // hold at once (cudaOccupancyMaxActiveClusters).
 template <typename... KArgs>
 cudaError_t max_active_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, int cluster, int* n) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaOccupancyMaxActiveClusters(n, kernel, &cfg);
+  const LaunchConfig c(grid, block, smem, nullptr, false, cluster);
+  return cudaOccupancyMaxActiveClusters(n, kernel, &c.cfg);
 }
 
 // The largest dynamic shared memory a block of `kernel` may use on the current device: the opt-in

@@ -90,14 +90,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
-  // kXStep: word q of the next step loads as soon as word q of this step is copied out
-  uint4 xs[kXStep ? 4 : 1][kH];
-  if constexpr (kXStep) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + 8 * q);
-  }
+  stream::XWords<kXStep, kH> xw;  // the activations in flight (stream_common.cuh)
+  stream::x_first(xw, xr);
 
   for (int s = 0; s < kSW; s += kD) {
 #pragma unroll
@@ -126,30 +120,12 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
         s2[nt][1] = D::scale(__high2half(sh));
       }
       // word q outer, tiles inner: only word q's A fragments are live; the activations of word
-      // q + 1 load while word q is decoded
-      uint4 xn[kH];
-      if constexpr (!kXStep) {
-#pragma unroll
-        for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
-      }
+      // q + 1 (at 1 tile a warp: word q of the next step) load while word q is decoded
+      stream::x_step(xw, xr, ss);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
-        if constexpr (kXStep) {
-#pragma unroll
-          for (int h = 0; h < kH; ++h) xc[h] = xs[q][h];
-          if (ss + 1 < kSW) {
-#pragma unroll
-            for (int h = 0; h < kH; ++h) xs[q][h] = stream::load_x(xr[h] + 128 * (ss + 1) + 8 * q);
-          }
-        } else {
-#pragma unroll
-          for (int h = 0; h < kH; ++h) xc[h] = xn[h];
-          if (q < 3) {
-#pragma unroll
-            for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
-          }
-        }
+        stream::x_word(xc, xw, xr, ss, q, kSW);
         // A fragments of mmas 2q, 2q+1 (k slots re-paired (i, i+4), pair_by_four's registers 4q..4q+3):
         // {row g, row g+8, row g, row g+8} of m16 tile mt (rows + 16 mt)
         uint32_t af[MT][2][4];

@@ -12,9 +12,9 @@
 
 namespace qwen38::gemm {
 
-constexpr int kStreamMaxK = 17408;
+constexpr int kStreamMaxK = 17408;    // the zero row's length (the largest served K)
 constexpr int kStreamDepth1 = 8;      // at most this many steps in flight at 1 tile a warp (all of
-                                      // a warp's steps at K = 5120, k split 8: 5)    // the zero row's length (the largest served K)
+                                      // a warp's steps at K = 5120, k split 8: 5)
 
 // K zeros: the activation row of the tile rows at or past M (16-byte aligned; static storage is
 // zero-initialized at module load and never written). One copy per translation unit that includes
@@ -81,6 +81,43 @@ __device__ __forceinline__ void activation_rows(const T* (&xr)[kH], const void* 
   const T* zero = reinterpret_cast<const T*>(g_stream_zero_row);
 #pragma unroll
   for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < m ? x0 + (g + 8 * h) * x_stride : zero) + off;
+}
+
+// The activations of a warp step, word by word (q = 0..3: 8 values of each row half at 8 q). Two
+// schedules: kXStep (1 tile a warp) keeps a whole step in flight - x_first loads step 0, and
+// x_word hands out word q of step ss and loads word q of step ss + 1 in its place; otherwise one
+// word ahead - x_step loads word 0 of step ss, x_word hands out word q and loads word q + 1.
+template <bool kXStep, int kH>
+struct XWords {
+  uint4 ahead[kXStep ? 4 : 1][kH];
+};
+template <bool kXStep, typename T, int kH>
+__device__ __forceinline__ void x_first(XWords<kXStep, kH>& x, const T* const (&xr)[kH]) {
+  if constexpr (kXStep) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int h = 0; h < kH; ++h) x.ahead[q][h] = load_x(xr[h] + 8 * q);
+  }
+}
+template <bool kXStep, typename T, int kH>
+__device__ __forceinline__ void x_step(XWords<kXStep, kH>& x, const T* const (&xr)[kH], int ss) {
+  if constexpr (!kXStep) {
+#pragma unroll
+    for (int h = 0; h < kH; ++h) x.ahead[0][h] = load_x(xr[h] + 128 * ss);
+  }
+}
+template <bool kXStep, typename T, int kH>
+__device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH>& x, const T* const (&xr)[kH], int ss,
+                                       int q, int steps) {
+  const int slot = kXStep ? q : 0;
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xc[h] = x.ahead[slot][h];
+  if (kXStep ? ss + 1 < steps : q < 3) {
+#pragma unroll
+    for (int h = 0; h < kH; ++h)
+      x.ahead[slot][h] = load_x(xr[h] + (kXStep ? 128 * (ss + 1) + 8 * q : 128 * ss + 8 * (q + 1)));
+  }
 }
 
 using qwen38::zero_fill;  // (common/vec.cuh)
