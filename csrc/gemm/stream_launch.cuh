@@ -77,7 +77,11 @@ struct StreamLaunch {
       int occ = 0, fit = 0;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
       if (ctas > int64_t(occ) * sms) break;
-      if (cudaError_t e = max_active_clusters(fn, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, c, &fit)) return e;
+      // a device or driver that cannot place clusters answers with an error: no cluster then
+      if (max_active_clusters(fn, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, c, &fit) != cudaSuccess) {
+        (void)cudaGetLastError();
+        break;
+      }
       if (fit < tiles) break;
       const int64_t warps = (ctas + sms - 1) / sms * (ks / c);
       if (warps < best_warps) best = c, best_warps = warps;
