@@ -28,18 +28,11 @@
 #include <random>
 #include <vector>
 
+#include "lab_common.cuh"  // CK
+
 namespace {
 
 constexpr int kM = 64, kK = 16, kN = 32, kSteps = 4;
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 // per trial: A [steps][64][16], B [steps][16 (k)][32 (n)] bf16, C [64][32] fp32
 struct Trial {
