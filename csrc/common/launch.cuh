@@ -63,6 +63,24 @@ cudaError_t max_active_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block,
   return cudaOccupancyMaxActiveClusters(n, kernel, &c.cfg);
 }
 
+// A thread-safe cache of launch answers that cost API queries: *out = the value cached for `key`,
+// else compute(&value) (run outside the lock: it may take other caches' locks), cached on success.
+template <typename Key, typename V, typename F>
+cudaError_t cached_query(std::mutex& mu, std::map<Key, V>& cache, const Key& key, V* out, F&& compute) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      *out = it->second;
+      return cudaSuccess;
+    }
+  }
+  V v{};
+  if (cudaError_t e = compute(&v)) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  *out = cache[key] = v;
+  return cudaSuccess;
+}
+
 // The largest dynamic shared memory a block of `kernel` may use on the current device: the opt-in
 // limit less the kernel's static shared memory. The first call per (kernel, device) raises the
 // kernel's attribute to it (later calls read a cache), so any launch up to *room is allowed.
@@ -71,20 +89,14 @@ inline cudaError_t dynamic_smem_room(const void* kernel, size_t* room) {
   static std::map<std::pair<const void*, int>, size_t> cache;
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(kernel, dev);
-  if (const auto it = cache.find(key); it != cache.end()) {
-    *room = it->second;
-    return cudaSuccess;
-  }
-  int optin = 0;
-  cudaFuncAttributes a{};
-  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
-  if (cudaError_t e = cudaFuncGetAttributes(&a, kernel)) return e;
-  const size_t r = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(r))) return e;
-  *room = cache[key] = r;
-  return cudaSuccess;
+  return cached_query(mu, cache, std::make_pair(kernel, dev), room, [&](size_t* r) {
+    int optin = 0;
+    cudaFuncAttributes a{};
+    if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) return e;
+    if (cudaError_t e = cudaFuncGetAttributes(&a, kernel)) return e;
+    *r = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(*r));
+  });
 }
 
 template <typename... KArgs>
@@ -114,38 +126,30 @@ inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int
   if (!spread_enabled() || blocks <= 0) return cudaSuccess;
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
-  int dev = 0, sms = 0, natural = 0;
+  int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
-  const auto key = std::make_tuple(kernel, dev, threads, smem, blocks);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (const auto it = cache.find(key); it != cache.end()) {
-      *out = it->second;
-      return cudaSuccess;
-    }
-  }
-  size_t room = 0;
-  if (cudaError_t e = dynamic_smem_room(kernel, &room)) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem)) return e;
-  size_t best = smem;
-  const int64_t cap = (blocks + sms - 1) / sms;
-  int occ = 0;
-  if (natural > 0 && cap < natural && room > smem) {
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, room)) return e;
-    if (occ >= 1 && occ <= cap) {  // the smallest size in (smem, room] holding at most cap an SM
-      size_t lo = smem, hi = room;  // occupancy(lo) > cap >= occupancy(hi)
-      while (hi - lo > 128) {
-        const size_t mid = lo + (hi - lo) / 2;
-        if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, mid)) return e;
-        (occ <= cap ? hi : lo) = mid;
+  return cached_query(mu, cache, std::make_tuple(kernel, dev, threads, smem, blocks), out, [&](size_t* best) {
+    int sms = 0, natural = 0, occ = 0;
+    size_t room = 0;
+    *best = smem;
+    if (cudaError_t e = dynamic_smem_room(kernel, &room)) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem)) return e;
+    const int64_t cap = (blocks + sms - 1) / sms;
+    if (natural > 0 && cap < natural && room > smem) {
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, room)) return e;
+      if (occ >= 1 && occ <= cap) {  // the smallest size in (smem, room] holding at most cap an SM
+        size_t lo = smem, hi = room;  // occupancy(lo) > cap >= occupancy(hi)
+        while (hi - lo > 128) {
+          const size_t mid = lo + (hi - lo) / 2;
+          if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, mid)) return e;
+          (occ <= cap ? hi : lo) = mid;
+        }
+        *best = hi;
       }
-      best = hi;
     }
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  *out = cache[key] = best;
-  return cudaSuccess;
+    return cudaSuccess;
+  });
 }
 
 template <typename... KArgs>

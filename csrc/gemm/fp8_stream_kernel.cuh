@@ -46,9 +46,10 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   constexpr bool kCl = kFp8StreamClusters<K, KSPLIT>;
   if constexpr (kCl)
     if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster
-  const int lane = threadIdx.x % 32, warp = stream_tile<kCl>(8 * NT).warp;
+  const StreamTile tile = stream_tile<kCl>(8 * NT);
+  const int lane = threadIdx.x % 32, warp = tile.warp;
   const int g = lane / 4, t = lane % 4;
-  const int64_t nb = stream_tile<kCl>(8 * NT).n0;
+  const int64_t nb = tile.n0;
   const int s0 = warp * kSW;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
   const float* scp[NT];  // the tile's scale row (its 8 rows share one: 128 % 8 == 0)
@@ -142,8 +143,9 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, 
   }
 
   // the tile position read again (nothing kept live across the main loop)
-  const int warp_e = stream_tile<kCl>(8 * NT).warp;
-  const int64_t nb_e = stream_tile<kCl>(8 * NT).n0;
+  const StreamTile tile_e = stream_tile<kCl>(8 * NT);
+  const int warp_e = tile_e.warp;
+  const int64_t nb_e = tile_e.n0;
   if constexpr (kCl) {
     if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
       extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)

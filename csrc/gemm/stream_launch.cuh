@@ -55,40 +55,34 @@ struct StreamLaunch {
     }
     static std::mutex mu;
     static std::map<std::tuple<const void*, int, int64_t, bool>, int> cache;
-    int dev = 0, sms = 0;
+    int dev = 0;
     if (cudaError_t e = cudaGetDevice(&dev)) return e;
     // (the spread's shared memory enters the occupancy queries)
     const auto key = std::make_tuple(reinterpret_cast<const void*>(fn), dev, tiles, spread_enabled());
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (const auto it = cache.find(key); it != cache.end()) {
-        *out = it->second;
-        return cudaSuccess;
+    return cached_query(mu, cache, key, out, [&](int* best) {
+      int sms = 0;
+      if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+      *best = 1;
+      int64_t best_warps = (tiles + sms - 1) / sms * ks;
+      for (int c = 2; c <= ks && c <= kAutoClusterMax; c *= 2) {
+        const int64_t ctas = tiles * c;
+        const int threads = 32 * ks / c;
+        size_t smem = 0;
+        if (cudaError_t e = spread_smem(fn, threads, cluster_smem(c, ks, ntmt), ctas, &smem)) return e;
+        int occ = 0, fit = 0;
+        if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
+        if (ctas > int64_t(occ) * sms) break;
+        // a device or driver that cannot place clusters answers with an error: no cluster then
+        if (max_active_clusters(fn, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, c, &fit) != cudaSuccess) {
+          (void)cudaGetLastError();
+          break;
+        }
+        if (fit < tiles) break;
+        const int64_t warps = (ctas + sms - 1) / sms * (ks / c);
+        if (warps < best_warps) *best = c, best_warps = warps;
       }
-    }
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
-    int best = 1;
-    int64_t best_warps = (tiles + sms - 1) / sms * ks;
-    for (int c = 2; c <= ks && c <= kAutoClusterMax; c *= 2) {
-      const int64_t ctas = tiles * c;
-      const int threads = 32 * ks / c;
-      size_t smem = 0;
-      if (cudaError_t e = spread_smem(fn, threads, cluster_smem(c, ks, ntmt), ctas, &smem)) return e;
-      int occ = 0, fit = 0;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
-      if (ctas > int64_t(occ) * sms) break;
-      // a device or driver that cannot place clusters answers with an error: no cluster then
-      if (max_active_clusters(fn, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, c, &fit) != cudaSuccess) {
-        (void)cudaGetLastError();
-        break;
-      }
-      if (fit < tiles) break;
-      const int64_t warps = (ctas + sms - 1) / sms * (ks / c);
-      if (warps < best_warps) best = c, best_warps = warps;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    *out = cache[key] = best;
-    return cudaSuccess;
+      return cudaSuccess;
+    });
   }
   static constexpr int kAutoClusterMax = 4;
 
@@ -109,14 +103,17 @@ struct StreamLaunch {
   // (ksplit, nt, m16 tiles) -> an instantiation, or null when not compiled for K
   template <typename T, int K>
   static Fn pick(int ks, int nt, int mt) {
+    if (nt == 1) {  // 1 tile a warp: K 5120 at k split 8 only (the model's 48- to 1024-row weights)
+      if constexpr (K == 5120)
+        if (ks == 8) {
+          if (mt == 1) return one<T, K, 8, 1, 1>;
+          if constexpr (Of::kWide) return one<T, K, 8, 1, 2>;
+        }
+      return nullptr;
+    }
     if (mt == 2) {
       if constexpr (Of::kWide) {
-        if (nt != 1 && nt != 2 && nt != 4) return nullptr;
-        if (nt == 1) {  // 1 tile a warp: K 5120 at k split 8 only
-          if constexpr (K == 5120)
-            if (ks == 8) return one<T, K, 8, 1, 2>;
-          return nullptr;
-        }
+        if (nt != 2 && nt != 4) return nullptr;
         if constexpr (K == 5120) {
           if (ks == 2) return nt == 4 ? one<T, K, 2, 4, 2> : one<T, K, 2, 2, 2>;
           if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 2> : one<T, K, 4, 2, 2>;
@@ -134,8 +131,6 @@ struct StreamLaunch {
       if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 1> : nt == 2 ? one<T, K, 4, 2, 1> : nullptr;
     }
     if (ks != 8) return nullptr;
-    if constexpr (K == 5120)  // 1 tile a warp: the small weights of the model (48 .. 1024 rows)
-      if (nt == 1) return one<T, K, 8, 1, 1>;
     if constexpr (Of::kKs8Nt4)
       if (nt == 4) return one<T, K, 8, 4, 1>;
     return nt == 2 ? one<T, K, 8, 2, 1> : nullptr;
