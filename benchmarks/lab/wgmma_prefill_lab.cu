@@ -1,0 +1,223 @@
+// Lab (sm_90a only): the NVFP4 prefill GEMM on warpgroup MMA (gemm/nvfp4_wgmma_kernel.cuh: the
+// decoded weights as wgmma's register A operand, x as its shared-memory B operand, 128 weight rows
+// x BM rows of x a CTA) against the "mma" prefill kernel (nvfp4_prefill_kernel.cu, mma.sync): are
+// its bits the "mma" kernel's, and how many TFLOP/s does it reach at 64..1024 rows?
+//
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
+//       benchmarks/lab/wgmma_prefill_lab.cu csrc/gemm/nvfp4_prefill_kernel.cu -o build/lab/wgmma_prefill_lab
+//   build/lab/wgmma_prefill_lab
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/launch.cuh"
+#include "common/tensor_map.h"
+#include "gemm/nvfp4_wgmma_kernel.cuh"
+#include "lab_common.cuh"
+
+using namespace qwen38;
+using namespace qwen38::gemm;
+
+namespace {
+
+constexpr int kK = 5120;
+
+__global__ void fill(uint8_t* p, size_t n, uint32_t seed, int kind) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = lab::mix(i, seed);
+    uint8_t v = uint8_t(h);
+    if (kind == 1) v = uint8_t(((3 + (h >> 8) % 7) << 3) | (h & 7));  // e4m3 scales 2^-4 .. 2^2
+    p[i] = v;
+  }
+}
+// x: bf16 +-[0.5, 2) from a hash (finite, nonzero)
+__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = lab::mix(i, seed);
+    p[i] = uint16_t((h & 0x807f) | 0x3f00);
+  }
+}
+
+struct Data {
+  int64_t n;
+  int copies;
+  std::vector<uint8_t*> w, s;
+  float* global;
+  __nv_bfloat16* x;
+  void* y;
+  void* yref;
+};
+
+Nvfp4Params params(const Data& d, int c, int64_t m, void* y, int out) {
+  Nvfp4Params p;
+  p.x = d.x;
+  p.w = d.w[c];
+  p.scale = d.s[c];
+  p.global = d.global;
+  p.y = y;
+  p.m = m;
+  p.n = d.n;
+  p.k = kK;
+  p.x_stride = kK;
+  p.out = out;
+  return p;
+}
+
+template <typename L>
+float run_or_time(L&& launch, int copies, int calls) {
+  if (calls == 0) {
+    launch(0, nullptr);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    return 0.f;
+  }
+  return lab::time_graph(calls, [&](int i, cudaStream_t st) { launch(i % copies, st); });
+}
+
+template <int OUT, int BM, int S>
+float run_wg(const Data& d, int64_t m, void* y, int calls) {
+  using C = wg_prefill::Cfg<BM, S>;
+  auto kernel = wg_prefill::nvfp4_wgmma_kernel<__nv_bfloat16, OUT, BM, S>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  const dim3 grid(unsigned((m + BM - 1) / BM), unsigned((d.n + 127) / 128));
+  CUtensorMap tx;
+  if (!tensor_map_2d(&tx, d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64,
+                     CU_TENSOR_MAP_SWIZZLE_128B)) {
+    std::fprintf(stderr, "x map\n");
+    std::exit(1);
+  }
+  std::vector<CUtensorMap> tw(d.copies);
+  for (int c = 0; c < d.copies; ++c)
+    if (!tensor_map_2d(&tw[c], d.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
+                       CU_TENSOR_MAP_SWIZZLE_32B)) {
+      std::fprintf(stderr, "w map\n");
+      std::exit(1);
+    }
+  auto launch = [&](int c, cudaStream_t st) {
+    CK(launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(C::kSmem), st, false, params(d, c, m, y, OUT),
+                     tx, tw[c]));
+  };
+  return run_or_time(launch, d.copies, calls);
+}
+
+float run_mma(const Data& d, int64_t m, void* y, int out, int calls) {
+  auto launch = [&](int c, cudaStream_t st) { CK(launch_nvfp4_prefill(Act::kBF16, params(d, c, m, y, out), false, st)); };
+  return run_or_time(launch, d.copies, calls);
+}
+
+template <int OUT, int BM, int S>
+void compare(const char* name, const Data& d, const std::vector<int>& rows) {
+  using C = wg_prefill::Cfg<BM, S>;
+  auto kernel = wg_prefill::nvfp4_wgmma_kernel<__nv_bfloat16, OUT, BM, S>;
+  cudaFuncAttributes fa{};
+  CK(cudaFuncGetAttributes(&fa, kernel));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  int bps = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, wg_prefill::kThreads, C::kSmem));
+  std::printf("  %-34s regs %3d, spill %zu B, smem %3d KB, %d CTAs/SM\n", name, fa.numRegs,
+              size_t(fa.localSizeBytes), C::kSmem / 1024, bps);
+  const int osz = OUT == int(Out::kF32) ? 4 : 2;
+  for (int m : rows) {
+    const size_t elems = size_t(m) * d.n;
+    CK(cudaMemset(d.y, 0xFF, elems * osz));
+    CK(cudaMemset(d.yref, 0xEE, elems * osz));
+    run_wg<OUT, BM, S>(d, m, d.y, 0);
+    run_mma(d, m, d.yref, OUT, 0);
+    std::vector<uint8_t> a(elems * osz), b(elems * osz);
+    CK(cudaMemcpy(a.data(), d.y, a.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), d.yref, b.size(), cudaMemcpyDeviceToHost));
+    size_t diff = 0;
+    double worst = 0;
+    for (size_t i = 0; i < elems; ++i) {
+      float fa, fb;
+      if (osz == 4) {
+        std::memcpy(&fa, &a[4 * i], 4);
+        std::memcpy(&fb, &b[4 * i], 4);
+        diff += std::memcmp(&a[4 * i], &b[4 * i], 4) != 0;
+      } else {
+        uint16_t ha, hb;
+        std::memcpy(&ha, &a[2 * i], 2);
+        std::memcpy(&hb, &b[2 * i], 2);
+        diff += ha != hb;
+        const uint32_t ua = uint32_t(ha) << 16, ub = uint32_t(hb) << 16;
+        std::memcpy(&fa, &ua, 4);
+        std::memcpy(&fb, &ub, 4);
+      }
+      const double e = std::fabs(double(fa) - double(fb)) / (std::fabs(double(fb)) + 1e-2);
+      worst = e > worst || std::isnan(e) ? e : worst;
+    }
+    const int calls = std::max(8, 2 * d.copies);
+    const float us = run_wg<OUT, BM, S>(d, m, d.y, calls);
+    const float us_ref = run_mma(d, m, d.yref, OUT, calls);
+    const double flop = 2.0 * m * double(d.n) * kK;
+    std::printf("    rows %4d  wgmma %8.1f us (%4.0f TFLOP/s)  mma %8.1f us (%4.0f)  bits: %zu of %zu differ"
+                " (worst relative %.2g)\n",
+                m, us, flop / (us * 1e6), us_ref, flop / (us_ref * 1e6), diff, elems, worst);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --profile: one launch of BM 256 / 4 stages at 512 rows of 34816x5120 (for ncu), nothing else
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const size_t l2 = size_t(prop.l2CacheSize);
+  for (int64_t n : {int64_t(1000), int64_t(34816)}) {
+    if (profile && n != 34816) continue;
+    Data d;
+    d.n = n;
+    const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
+    d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
+    d.w.resize(d.copies);
+    d.s.resize(d.copies);
+    for (int c = 0; c < d.copies; ++c) {
+      CK(cudaMalloc(&d.w[c], wbytes));
+      CK(cudaMalloc(&d.s[c], sbytes));
+      fill<<<2048, 256>>>(d.w[c], wbytes, 17 + c, 0);
+      fill<<<2048, 256>>>(d.s[c], sbytes, 71 + c, 1);
+    }
+    CK(cudaMalloc(&d.global, 4));
+    const float gs = 0.01f;
+    CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
+    const int64_t mmax = 1024;
+    CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
+    fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
+    CK(cudaMalloc(&d.y, size_t(mmax) * n * 4));
+    CK(cudaMalloc(&d.yref, size_t(mmax) * n * 4));
+    CK(cudaDeviceSynchronize());
+    std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+    if (profile) {
+      run_wg<0, 256, 4>(d, 512, d.y, 0);
+    } else if (n == 1000) {
+      const std::vector<int> rows = {33, 77, 200, 300};
+      compare<0, 128, 4>("bf16 out, BM 128, 4 stages", d, rows);
+      compare<2, 256, 4>("fp32 out, BM 256, 4 stages", d, rows);
+      compare<1, 64, 6>("fp16 out, BM 64, 6 stages", d, rows);
+    } else {
+      const std::vector<int> rows = quick ? std::vector<int>{128, 512} : std::vector<int>{64, 128, 256, 512, 1024};
+      compare<0, 256, 4>("bf16 out, BM 256, 4 stages", d, rows);
+      if (!quick) compare<0, 256, 5>("bf16 out, BM 256, 5 stages", d, rows);
+      compare<0, 128, 4>("bf16 out, BM 128, 4 stages", d, rows);
+      compare<0, 128, 6>("bf16 out, BM 128, 6 stages", d, rows);
+      compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, rows);
+    }
+    for (int c = 0; c < d.copies; ++c) {
+      CK(cudaFree(d.w[c]));
+      CK(cudaFree(d.s[c]));
+    }
+    CK(cudaFree(d.global));
+    CK(cudaFree(d.x));
+    CK(cudaFree(d.y));
+    CK(cudaFree(d.yref));
+  }
+  return 0;
+}
