@@ -9,8 +9,9 @@ once on the GPU with ``formats.quantize_nvfp4``; the rotating copies are clones 
 
 Prefill part (op "nvfp4_linear prefill", TFLOP/s = 2 M N K / time): the 45 MB+ weights at M = 64..4096
 rows, with the same op in its three settings (QWEN38_NVFP4_PREFILL, read when the timed graph is
-captured): "qwen38" (auto: the shipped threshold), "qwen38 chunked" and "qwen38 dequant" (forced; they
-show where the threshold belongs), against "cuBLAS bf16" = ``F.linear`` on the same weights
+captured): "qwen38" (auto: the shipped threshold), "qwen38 chunked", "qwen38 dequant", "qwen38 mma" (on
+Hopper its warpgroup-MMA form) and "qwen38 mma.sync" (QWEN38_NVFP4_WGMMA=0) forced (they show where the
+threshold belongs), against "cuBLAS bf16" = ``F.linear`` on the same weights
 pre-dequantized to bf16 (outside the timing) and "dequant+matmul" as below.
 
 Decode providers:
@@ -46,7 +47,7 @@ ROWS = (1, 2, 4, 8, 16, 24, 32)
 QUICK_ROWS = (1, 16, 32)
 PREFILL_OP = f"{OP} prefill"
 PREFILL_ROWS = (64, 128, 256, 512, 1024, 2048, 4096)
-QUICK_PREFILL_ROWS = (128, 512, 1024)
+QUICK_PREFILL_ROWS = (64, 128, 512, 1024)
 INT4_GROUP = 128           # tinygemm group size along K
 INT4_INNER_K_TILES = 8     # tinygemm packing parameter (K must be a multiple of 16 x this)
 QUANT_CHUNK_ROWS = 4096    # rows quantized at a time on the GPU (bounds the quantizer's temporaries)
@@ -145,6 +146,8 @@ PREFILL_PROVIDERS = (
     PrefillProvider("qwen38 chunked", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "chunked"),)),
     PrefillProvider("qwen38 dequant", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "dequant"),)),
     PrefillProvider("qwen38 mma", _qwen38, "nvfp4", nvfp4_weight_bytes, (("QWEN38_NVFP4_PREFILL", "mma"),)),
+    PrefillProvider("qwen38 mma.sync", _qwen38, "nvfp4", nvfp4_weight_bytes,
+                    (("QWEN38_NVFP4_PREFILL", "mma"), ("QWEN38_NVFP4_WGMMA", "0"))),
     PrefillProvider("cuBLAS bf16", _cublas, "bf16 dequantized", bf16_weight_bytes),
     PrefillProvider("dequant+matmul", _dequant_matmul, "nvfp4", nvfp4_weight_bytes),
 )
@@ -303,8 +306,8 @@ def _run_prefill(quick: bool, ceiling: float, meta: dict, failures: list[str]) -
     meta["prefill_rows"] = list(QUICK_PREFILL_ROWS if quick else PREFILL_ROWS)
     meta["prefill_shapes"] = [s.name for s in (PREFILL_SHAPES[:1] if quick else PREFILL_SHAPES)]
     meta["prefill_method"] = (f"graphs of >= {PREFILL_MIN_CALLS} calls; TFLOP/s = 2 M N K / time; qwen38 = the "
-                              "shipped auto threshold, 'qwen38 chunked' / 'qwen38 dequant' forced with "
-                              "QWEN38_NVFP4_PREFILL; cuBLAS bf16 on the NVFP4 weights dequantized to bf16 once")
+                              "shipped auto threshold, 'qwen38 chunked' / 'qwen38 dequant' / 'qwen38 mma' forced with "
+                              "QWEN38_NVFP4_PREFILL ('qwen38 mma.sync': mma with QWEN38_NVFP4_WGMMA=0); cuBLAS bf16 on the NVFP4 weights dequantized to bf16 once")
     records: list[bench.Record] = []
     current: Shape | None = None
     masters: dict[str, tuple] = {}

@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "gemm/nvfp4_linear_launch.h"
 #include "gemm/skinny_variants.h"
 #include "norm/norm_launch.h"
 
@@ -145,6 +146,8 @@ pybind11::tuple skinny_default_variant(int64_t n, int64_t k) {
   return pybind11::make_tuple(v.ksplit, v.nt_narrow, v.nt_wide);
 }
 
+bool nvfp4_wgmma_ready(int device) { return qwen38::gemm::nvfp4_wgmma_ready(device); }
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -165,4 +168,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(n, k) uses (prefill_rows 0: the op's built-in rule)");
   m.def("skinny_default_variant", &skinny_default_variant,
         "(ksplit, nt_narrow, nt_wide) of the default rule for weight shape (n, k)");
+  m.def("nvfp4_wgmma_ready", &nvfp4_wgmma_ready, pybind11::arg("device"),
+        "whether nvfp4_linear's mma prefill strategy runs its warpgroup-MMA form on this CUDA device "
+        "(compute capability 9.0 and an sm_90a build)");
 }

@@ -52,15 +52,25 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "+ epilogue (within the float64 bound, no row invariance, N*K*2 bytes of temporary weight); "
          "mma: the tensor-core kernel of csrc/gemm/nvfp4_prefill_kernel.cu, the weight read once and "
          "decoded in the kernel (K a multiple of 64; within the float64 bound, each row independent of "
-         "the others and of the row count, not bit-identical to the 1..32-row kernels; no temporary); "
-         "auto: dequant (mma on a read-bound GPU, compute capability 12 such as GB10, where it serves K) "
-         "from a row threshold that depends on the weight shape only: the tile table's prefill_rows for "
-         "(N, K) (the sweep's measured crossover), else the built-in rule (csrc/gemm/nvfp4_linear.cpp, "
-         "nvfp4_prefill_dequant_rows; 33 rows on a read-bound GPU); chunked below it."),
+         "the others and of the row count, not bit-identical to the 1..32-row kernels; no temporary), on "
+         "Hopper in its warpgroup-MMA form (csrc/gemm/nvfp4_wgmma_kernel.cu, same bits; "
+         "QWEN38_NVFP4_WGMMA); auto: dequant from a row threshold that depends on the weight shape only: "
+         "the tile table's prefill_rows for (N, K) (the sweep's measured crossover), else the built-in "
+         "rule (csrc/gemm/nvfp4_linear.cpp, nvfp4_prefill_dequant_rows), chunked below it; instead mma "
+         "from 33 rows on a read-bound GPU (compute capability 12 such as GB10) where it serves K, and on "
+         "Hopper where the wgmma form serves the call and the weight has N >= 8192 and K <= 6144 (where "
+         "it was measured faster, benchmarks/results/h200/prefill_ab_15.md)."),
     Knob("QWEN38_PREFILL_TILE_ROWS", "auto",
          "Rows of one CTA tile of the tensor-core prefill kernels (QWEN38_NVFP4_PREFILL=mma, "
-         "QWEN38_FP8_PREFILL=mma): 64 or 128; auto: 64 up to 64 rows, else 128. Changes no bit (a row's "
-         "sum runs over K in the same mma steps whatever the tile); for A/B timing."),
+         "QWEN38_FP8_PREFILL=mma): 64, 128 or 256 (256: the NVFP4 wgmma form; the mma.sync kernels run it "
+         "as 128); auto: 64 up to 64 rows, else 128 (the wgmma form: 128 up to 128 rows, else 256). "
+         "Changes no bit (a row's sum runs over K in the same mma steps whatever the tile); for A/B timing."),
+    Knob("QWEN38_NVFP4_WGMMA", "1",
+         "1 (default): nvfp4_linear's mma prefill strategy runs its warpgroup-MMA form on Hopper "
+         "(compute capability 9.0 with an sm_90a build; csrc/gemm/nvfp4_wgmma_kernel.cu: TMA copies, the "
+         "weight decoded into wgmma's register operand) where it serves the call (K a multiple of 64, "
+         "16-byte aligned rows); 0: the mma.sync kernel everywhere. Same bits; also lets auto take mma "
+         "on Hopper (QWEN38_NVFP4_PREFILL)."),
     Knob("QWEN38_NVFP4_PREFILL_ROWS", "",
          "Empty: the threshold of QWEN38_NVFP4_PREFILL=auto from the tile table or the built-in rule; a "
          "positive integer R: auto takes the dequant strategy from R rows on, for every weight shape "

@@ -162,14 +162,87 @@ def test_mma_tile_rows_change_no_bit(op, m):
             with knobs.override(QWEN38_FP8_PREFILL="mma"):
                 return OPS.fp8_block_linear(x, wt, ws, None, None)
     outs = {}
-    for rows in ("auto", "64", "128"):
+    for rows in ("auto", "64", "128", "256"):
         with knobs.override(QWEN38_PREFILL_TILE_ROWS=rows):
             outs[rows] = call()
     qt.assert_bitwise_equal(outs["64"], outs["128"], f"{op} M={m}: 64- vs 128-row tiles")
+    qt.assert_bitwise_equal(outs["256"], outs["128"], f"{op} M={m}: 256- vs 128-row tiles")
     qt.assert_bitwise_equal(outs["auto"], outs["128"], f"{op} M={m}: auto vs 128-row tiles")
     with knobs.override(QWEN38_PREFILL_TILE_ROWS="96"):
-        with pytest.raises(ValueError, match=r"QWEN38_PREFILL_TILE_ROWS must be auto, 64 or 128, got '96'"):
+        with pytest.raises(ValueError, match=r"QWEN38_PREFILL_TILE_ROWS must be auto, 64, 128 or 256, got '96'"):
             call()
+
+
+def _wgmma_device() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+def test_wgmma_form_is_ready_on_hopper():
+    """The device build (TORCH_CUDA_ARCH_LIST with 9.0a) carries the wgmma form; elsewhere it is off."""
+    from qwen38_kernels import _C
+    assert _C.nvfp4_wgmma_ready(torch.cuda.current_device()) == _wgmma_device()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _wgmma_device(), reason="the wgmma form runs on compute capability 9.0")
+@pytest.mark.parametrize("n,k", [(1000, 5120), (256, 17408), (136, 128)])
+@pytest.mark.parametrize("m", [33, 64, 65, 128, 129, 300, 600])
+def test_wgmma_form_writes_the_mma_kernels_bits(n, k, m):
+    """QWEN38_NVFP4_WGMMA=1 (warpgroup MMA, 64 / 128 / 256-row tiles by M) and =0 (the mma.sync
+    kernel) give the same bits: rows past M and columns past N (N = 1000, 136) included."""
+    w = _weight_cached(n, k, "cuda")
+    x = qt.randn_nonzero(m, k, device="cuda", seed=m + n)
+    with knobs.override(QWEN38_NVFP4_WGMMA="1"):
+        a = _call(x, w, strategy="mma")
+    with knobs.override(QWEN38_NVFP4_WGMMA="0"):
+        b = _call(x, w, strategy="mma")
+    qt.assert_bitwise_equal(a, b, f"wgmma vs mma.sync, M={m}, W {n}x{k}")
+    _assert_within_bound(a, x, w, what=f"wgmma M={m} W {n}x{k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _wgmma_device(), reason="the wgmma form runs on compute capability 9.0")
+@pytest.mark.parametrize("xdt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("out", [None, torch.float32, "other16"])
+@pytest.mark.parametrize("bias_dt", [None, "x", torch.float32])
+@pytest.mark.parametrize("tile_rows", ["auto", "64", "256"])
+def test_wgmma_form_dtypes_bias_tiles_and_stride(xdt, out, bias_dt, tile_rows):
+    """Every (x, out, bias) dtype and tile size of the wgmma form against the mma.sync kernel, on a
+    strided x (row stride K + 64) with N = 138 (a partial tile, an odd output row length)."""
+    n, k, m = 138, 1024, 200
+    w = _weight_cached(n, k, "cuda")
+    wide = qt.randn_nonzero(m, k + 64, dtype=xdt, device="cuda", seed=7)
+    x = wide[:, :k]
+    bias = None
+    if bias_dt is not None:
+        bias = qt.randn_nonzero(n, dtype=xdt if bias_dt == "x" else bias_dt, device="cuda", seed=3)
+    if out == "other16":
+        out = torch.float16 if xdt == torch.bfloat16 else torch.bfloat16
+    outs = []
+    for on in ("1", "0"):
+        with knobs.override(QWEN38_NVFP4_WGMMA=on, QWEN38_PREFILL_TILE_ROWS=tile_rows):
+            outs.append(_call(x, w, bias, out, "mma"))
+    qt.assert_bitwise_equal(outs[0], outs[1], f"wgmma vs mma.sync, x {xdt} out {out} bias {bias_dt} tiles {tile_rows}")
+    _assert_within_bound(outs[0], x, w, bias, f"wgmma x {xdt} out {out} bias {bias_dt}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _wgmma_device(), reason="the wgmma form runs on compute capability 9.0")
+def test_auto_takes_the_wgmma_form_on_its_shapes():
+    """On Hopper, auto takes mma (the wgmma form) from 33 rows for N >= 8192 and K <= 6144 (here
+    17408x1024); with QWEN38_NVFP4_WGMMA=0 the threshold rule (chunked below 65 rows for K <= 6144,
+    dequant from there); other shapes: test_auto_picks_by_the_threshold."""
+    big = _weight_cached(17408, 1024, "cuda")
+    x = qt.randn_nonzero(65, 1024, device="cuda", seed=9)
+    with knobs.override(QWEN38_NVFP4_PREFILL_ROWS=""):
+        for rows in (33, 64):
+            a, mma, ch = _call(x[:rows], big), _call(x[:rows], big, strategy="mma"), _call(x[:rows], big, strategy="chunked")
+            assert not torch.equal(mma.view(torch.int16), ch.view(torch.int16)), "mma and chunked agree"
+            qt.assert_bitwise_equal(a, mma, f"auto at {rows} rows, 17408x1024")
+        with knobs.override(QWEN38_NVFP4_WGMMA="0"):  # no wgmma form: the rule
+            qt.assert_bitwise_equal(_call(x[:64], big), _call(x[:64], big, strategy="chunked"), "auto, WGMMA=0, 64 rows")
+            qt.assert_bitwise_equal(_call(x, big), _call(x, big, strategy="dequant"), "auto, WGMMA=0, 65 rows")
 
 
 @pytest.mark.gpu

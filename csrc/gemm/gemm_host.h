@@ -53,7 +53,8 @@ inline int prefill_tile_rows(const char* op) {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
   if (std::strcmp(v, "64") == 0) return 64;
   if (std::strcmp(v, "128") == 0) return 128;
-  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_PREFILL_TILE_ROWS must be auto, 64 or 128, got '", v, "'");
+  if (std::strcmp(v, "256") == 0) return 256;
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_PREFILL_TILE_ROWS must be auto, 64, 128 or 256, got '", v, "'");
   return 0;
 }
 

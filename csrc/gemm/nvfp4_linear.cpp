@@ -19,11 +19,16 @@
 //                fp32 [rows, N] accumulator of at most kAccBytes per GEMM chunk.
 //     "mma"      the tensor-core kernel of nvfp4_prefill_kernel.cu (K a multiple of 64): the weight
 //                read once and decoded in the kernel, no temporary; within the float64 bound, each row
-//                independent of the others and of the row count.
+//                independent of the others and of the row count. On Hopper (sm_90a build) its
+//                warpgroup-MMA form (nvfp4_wgmma_kernel.cu: TMA copies, the weight decoded into
+//                wgmma's register operand), bit-identical to it; QWEN38_NVFP4_WGMMA=0 keeps the
+//                mma.sync kernel there (tests, A/B timing).
 //   "auto" (default) leaves "chunked" from the tile table's prefill_rows for the weight shape (the
 //   sweep's measured crossover) or, without one, from nvfp4_prefill_dequant_rows(N, K) rows on, for
-//   "dequant"; on a read-bound GPU (prefill_read_bound: compute capability 12, GB10) for "mma" where
-//   it serves K, from 33 rows by default;
+//   "dequant"; for "mma" from 33 rows (the knob aside) on a read-bound GPU (prefill_read_bound:
+//   compute capability 12, GB10) where it serves K, and on Hopper where the wgmma form serves the
+//   call and the weight is one of the shapes it was measured faster on (nvfp4_wgmma_auto: N >= 8192,
+//   K <= 6144);
 //   QWEN38_NVFP4_PREFILL=chunked|dequant|auto forces one (tests, A/B timing) and
 //   QWEN38_NVFP4_PREFILL_ROWS=<rows> replaces the threshold of "auto" (tuning without a rebuild).
 #include <ATen/ATen.h>
@@ -103,7 +108,7 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 int64_t prefill_rows(int64_t n, int64_t k, const SkinnyVariant& v, bool auto_mma) {
   const char* e = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
   if (e == nullptr || *e == '\0') {
-    if (v.prefill_rows > 0) return v.prefill_rows;
+    if (v.prefill_rows > 0 && !auto_mma) return v.prefill_rows;
     return auto_mma ? kSkinnyMaxRows + 1 : nvfp4_prefill_dequant_rows(n, k);
   }
   char* end = nullptr;
@@ -274,22 +279,6 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const SkinnyVariant v = skinny_variant_for(kOp, SkinnyOp::kNvfp4, "nvfp4_skinny.json", n, k);
-  bool dequant = false, mma = false;
-  if (m > kSkinnyMaxRows) {
-    const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL", true);
-    TORCH_CHECK_VALUE(mode != Prefill::kMma || nvfp4_prefill_serves(k), "qwen38.", kOp,
-                      ": QWEN38_NVFP4_PREFILL=mma serves K a multiple of 64, got K = ", num(k),
-                      " (use auto, chunked or dequant)");
-    // auto's prefill strategy: mma on a read-bound GPU where it serves K, else dequant
-    const bool auto_mma = prefill_read_bound(x) && nvfp4_prefill_serves(k);
-    const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma);
-    mma = mode == Prefill::kMma || (past && auto_mma);
-    dequant = mode == Prefill::kDequant || (past && !auto_mma);
-  }
-  if (dequant) {
-    run_dequant(x, w_packed, w_scale, w_global, bias, bias_dtype, y, od, m, n, k, x_stride, stream);
-    return y;
-  }
   Nvfp4Params p;
   p.x = x.data_ptr();
   p.w = static_cast<const uint8_t*>(w_packed.data_ptr());
@@ -298,14 +287,37 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
   p.bias_dtype = bias_dtype;
   p.y = y.data_ptr();
+  p.m = m;
   p.n = n;
   p.k = k;
   p.x_stride = x_stride;
   p.out = int(out_of(od));
-  if (mma) {
-    p.m = m;
+  bool dequant = false, mma = false, wgmma = false;
+  if (m > kSkinnyMaxRows) {
+    const Prefill mode = prefill_mode(kOp, "QWEN38_NVFP4_PREFILL", true);
+    TORCH_CHECK_VALUE(mode != Prefill::kMma || nvfp4_prefill_serves(k), "qwen38.", kOp,
+                      ": QWEN38_NVFP4_PREFILL=mma serves K a multiple of 64, got K = ", num(k),
+                      " (use auto, chunked or dequant)");
     p.tile_rows = prefill_tile_rows(kOp);
-    check_launch(kOp, launch_nvfp4_prefill(act_of(x), p, knob_enabled("QWEN38_PDL", true), stream), x);
+    // the mma strategy's Hopper form (same bits): where the build and the device have it
+    const int dev = x.device().index();
+    wgmma = knob_enabled("QWEN38_NVFP4_WGMMA", true) && nvfp4_wgmma_ready(dev) &&
+            nvfp4_wgmma_serves(p, int(x.element_size()));
+    // auto's prefill strategy: mma on a read-bound GPU where it serves K, or in its wgmma form on the
+    // weight shapes where that was measured faster, else dequant
+    const bool auto_mma = nvfp4_prefill_serves(k) && (prefill_read_bound(x) || (wgmma && nvfp4_wgmma_auto(n, k)));
+    const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma);
+    mma = mode == Prefill::kMma || (past && auto_mma);
+    dequant = mode == Prefill::kDequant || (past && !auto_mma);
+  }
+  if (dequant) {
+    run_dequant(x, w_packed, w_scale, w_global, bias, bias_dtype, y, od, m, n, k, x_stride, stream);
+    return y;
+  }
+  if (mma) {
+    const bool pdl = knob_enabled("QWEN38_PDL", true);
+    check_launch(kOp, wgmma ? launch_nvfp4_wgmma(act_of(x), p, pdl, stream) : launch_nvfp4_prefill(act_of(x), p, pdl, stream),
+                 x);
     return y;
   }
   run_skinny_chunks(x, p, v, m, stream);

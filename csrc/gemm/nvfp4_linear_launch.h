@@ -31,8 +31,8 @@ struct Nvfp4Params {
   int cluster = 0;                 // register-stream kernel: CTAs of a cluster sharing an output
                                    // tile's k-split warps, 1/2/4/8 (capped at the k split), 0 = by
                                    // the grid (stream_launch.cuh); changes no bit
-  int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (0: 64 up to 64
-                                   // rows, else 128); changes no bit
+  int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (the wgmma form
+                                   // also 256; 0: by the row count); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
@@ -53,5 +53,23 @@ cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVaria
 // p.stream are not read.
 bool nvfp4_prefill_serves(int64_t k);
 cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
+
+// The "mma" strategy's warpgroup-MMA form (nvfp4_wgmma_kernel.cu; Hopper, sm_90a), bit-identical to
+// launch_nvfp4_prefill's kernel. nvfp4_wgmma_ready: the device is compute capability 9.0 and this
+// build carries the kernel's sm_90a body and the driver's tensor-map encoder (cached per device).
+// nvfp4_wgmma_serves: K a positive multiple of 64, x and w 16-byte aligned with 16-byte row
+// strides, w_scale 4-byte aligned. nvfp4_wgmma_tile_rows: the x rows of a CTA (64, 128 or 256).
+// nvfp4_wgmma_auto: the weight shapes where "auto" takes it from 33 rows: N >= 8192 and K <= 6144
+// (a CTA walks all of K one 64-wide stage at a time, so a narrow or long weight leaves the GPU
+// partly idle as long). H200 (benchmarks/results/h200/prefill_ab_15.md), us at 33 / 128 / 512 /
+// 1024 rows, wgmma against the better of chunked and dequant: 34816x5120 98 / 134 / 338 / 656
+// against 130 / 220 / 383 / 683; 10240x5120 38 / 44 / 120 / 192 against 54 / 70 / 111 / 187;
+// 6144x5120 38 / 43 / 59 / 119 against 32 / 43 / 65 / 111; 5120x17408 121 / 141 / 189 / 387
+// against 92 / 113 / 192 / 311.
+bool nvfp4_wgmma_auto(int64_t n, int64_t k);
+bool nvfp4_wgmma_ready(int device);
+bool nvfp4_wgmma_serves(const Nvfp4Params& p, int x_elem_bytes);
+int nvfp4_wgmma_tile_rows(const Nvfp4Params& p);
+cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
 
 }  // namespace qwen38::gemm

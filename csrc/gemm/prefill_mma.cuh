@@ -249,7 +249,8 @@ __device__ __forceinline__ void store(const float (&acc)[MT][4][4], void* y, con
 
 // The launch of a prefill kernel family K (K::kernel<T, OUT, MT>() -> the __global__ function taking
 // P, K::Weight<MT> -> its weight policy, which sizes the dynamic shared memory): grid (row tiles, 128-column tiles), kThreads; tiles
-// of p.tile_rows rows (0: 64 up to 64 rows, else 128), OUT from p.out, T from bf16.
+// of p.tile_rows rows (0: 64 up to 64 rows, else 128; 256, the wgmma form's largest, runs as 128),
+// OUT from p.out, T from bf16.
 template <class K, typename T, int OUT, int MT, class P>
 cudaError_t launch_tiles(const P& p, bool pdl, cudaStream_t stream) {
   auto kernel = K::template kernel<T, OUT, MT>();
