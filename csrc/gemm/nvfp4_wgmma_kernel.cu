@@ -24,8 +24,9 @@ namespace {
 
 template <int BM> constexpr int kStagesOf = BM == 64 ? 6 : 4;
 
+// The output-column tiles p.tile0 .. p.tile0 + tiles - 1.
 template <typename T, int OUT, int BM>
-cudaError_t launch_bm(const Nvfp4Params& p, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
+cudaError_t launch_bm(const Nvfp4Params& p, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
                       cudaStream_t stream) {
   constexpr int S = kStagesOf<BM>;
   auto kernel = wg_prefill::nvfp4_wgmma_kernel<T, OUT, BM, S>;
@@ -33,26 +34,32 @@ cudaError_t launch_bm(const Nvfp4Params& p, const CUtensorMap& tx, const CUtenso
   // above the default 48 KB a block must opt in (per device; not a stream operation)
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(unsigned((p.m + BM - 1) / BM), unsigned((p.n + wg_prefill::kBN - 1) / wg_prefill::kBN));
+  const dim3 grid(unsigned((p.m + BM - 1) / BM), unsigned(tiles));
   return launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(kSmem), stream, pdl, p, tx, tw);
 }
 
 template <typename T, int OUT>
-cudaError_t launch_out(const Nvfp4Params& p, int bm, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
-                       cudaStream_t stream) {
-  if (bm == 64) return launch_bm<T, OUT, 64>(p, tx, tw, pdl, stream);
-  if (bm == 128) return launch_bm<T, OUT, 128>(p, tx, tw, pdl, stream);
-  return launch_bm<T, OUT, 256>(p, tx, tw, pdl, stream);
+cudaError_t launch_out(const Nvfp4Params& p, int bm, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw,
+                       bool pdl, cudaStream_t stream) {
+  if (bm == 64) return launch_bm<T, OUT, 64>(p, tiles, tx, tw, pdl, stream);
+  if (bm == 128) return launch_bm<T, OUT, 128>(p, tiles, tx, tw, pdl, stream);
+  return launch_bm<T, OUT, 256>(p, tiles, tx, tw, pdl, stream);
 }
 
 template <typename T>
-cudaError_t launch_t(const Nvfp4Params& p, int bm, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
-                     cudaStream_t stream) {
+cudaError_t launch_t(const Nvfp4Params& p, int bm, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw,
+                     bool pdl, cudaStream_t stream) {
   switch (p.out) {
-    case int(Out::kF32): return launch_out<T, int(Out::kF32)>(p, bm, tx, tw, pdl, stream);
-    case int(Out::kF16): return launch_out<T, int(Out::kF16)>(p, bm, tx, tw, pdl, stream);
-    default: return launch_out<T, int(Out::kBF16)>(p, bm, tx, tw, pdl, stream);
+    case int(Out::kF32): return launch_out<T, int(Out::kF32)>(p, bm, tiles, tx, tw, pdl, stream);
+    case int(Out::kF16): return launch_out<T, int(Out::kF16)>(p, bm, tiles, tx, tw, pdl, stream);
+    default: return launch_out<T, int(Out::kBF16)>(p, bm, tiles, tx, tw, pdl, stream);
   }
+}
+
+bool encode_x(CUtensorMap* tx, Act act, const Nvfp4Params& p, int bm) {
+  const CUtensorMapDataType xt = act == Act::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return tensor_map_2d(tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * 2, uint32_t(bm),
+                       wg_prefill::kBK, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -101,18 +108,39 @@ bool nvfp4_wgmma_serves(const Nvfp4Params& p, int x_elem_bytes) {
 cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   const int xb = 2;
-  if (!nvfp4_wgmma_serves(p, xb) || (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN > 65535)
-    return cudaErrorInvalidValue;
+  const int64_t tiles = (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN;
+  if (!nvfp4_wgmma_serves(p, xb) || tiles > 65535) return cudaErrorInvalidValue;
   const int bm = nvfp4_wgmma_tile_rows(p);
   CUtensorMap tx, tw;
-  const CUtensorMapDataType xt = act == Act::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (!tensor_map_2d(&tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * xb, uint32_t(bm),
-                     wg_prefill::kBK, CU_TENSOR_MAP_SWIZZLE_128B) ||
+  if (!encode_x(&tx, act, p, bm) ||
       !tensor_map_2d(&tw, p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(p.n), uint64_t(p.k / 2), uint64_t(p.k / 2),
                      wg_prefill::kBN, wg_prefill::kBK / 2, CU_TENSOR_MAP_SWIZZLE_32B))
     return cudaErrorNotSupported;
-  return act == Act::kBF16 ? launch_t<__nv_bfloat16>(p, bm, tx, tw, pdl, stream)
-                           : launch_t<__half>(p, bm, tx, tw, pdl, stream);
+  auto launch = [&](const Nvfp4Params& q, int b, int64_t t, const CUtensorMap& x) {
+    return act == Act::kBF16 ? launch_t<__nv_bfloat16>(q, b, t, x, tw, pdl, stream)
+                             : launch_t<__half>(q, b, t, x, tw, pdl, stream);
+  };
+  // The tail split: every CTA walks all of K, so a grid of a few CTAs more than whole waves (34816
+  // columns: 272 tiles, 264 = two CTAs on each of 132 SMs) spends a whole CTA time on its last
+  // few. The launcher runs the whole waves in one launch and the remaining column tiles in a
+  // second one of 64-row CTAs (one an SM, ~half a 256-row CTA's time), where that second grid
+  // fits one CTA an SM. The same bits (no output depends on the tile shape).
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sms = 0;  // no split
+  }
+  const int64_t m_tiles = (p.m + bm - 1) / bm, slots = int64_t(sms) * (bm <= 128 ? 2 : 1);
+  const int64_t waves = slots > 0 ? m_tiles * tiles / slots : 0;
+  const int64_t whole = waves > 0 ? waves * slots / m_tiles : tiles;  // column tiles of whole waves
+  const int64_t rest = tiles - whole, rest_ctas = rest * ((p.m + 63) / 64);
+  if (p.tile_rows != 0 || waves == 0 || rest <= 0 || rest_ctas > sms) return launch(p, bm, tiles, tx);
+  CUtensorMap tx64;
+  if (!encode_x(&tx64, act, p, 64)) return cudaErrorNotSupported;
+  if (const cudaError_t e = launch(p, bm, whole, tx)) return e;
+  Nvfp4Params q = p;
+  q.tile0 = whole;
+  return launch(q, 64, rest, tx64);
 }
 
 }  // namespace qwen38::gemm

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
   // has some, the empty one has none (nvfp4_wgmma_ready reads that on the host)
   __shared__ __align__(8) uint64_t bars[S];
   const uint32_t bar0 = smem_addr(bars);
-  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * kBN;
+  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = (int64_t(blockIdx.y) + p.tile0) * kBN;
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + g;  // this thread's first weight row (local)
   const int nkt = int(p.k / kBK);
