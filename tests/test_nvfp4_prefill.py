@@ -190,9 +190,8 @@ def test_wgmma_form_is_ready_on_hopper():
 @pytest.mark.parametrize("m", [33, 64, 65, 128, 129, 300, 600])
 def test_wgmma_form_writes_the_mma_kernels_bits(n, k, m):
     """QWEN38_NVFP4_WGMMA=1 (warpgroup MMA, 64 / 128 / 256-row tiles by M) and =0 (the mma.sync
-    kernel) give the same bits: rows past M and columns past N (N = 1000, 136) included; 17408
-    columns (136 tiles) from 129 rows take the launcher's tail split (132 tiles, then 4 in 64-row
-    CTAs) on a 132-SM GPU."""
+    kernel) give the same bits: rows past M and columns past N (N = 1000, 136) included, and a grid
+    of more than one wave (17408 columns: 136 tiles of 128)."""
     w = _weight_cached(n, k, "cuda")
     x = qt.randn_nonzero(m, k, device="cuda", seed=m + n)
     with knobs.override(QWEN38_NVFP4_WGMMA="1"):

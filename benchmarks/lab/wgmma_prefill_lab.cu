@@ -205,10 +205,11 @@ int main(int argc, char** argv) {
     } else {
       const std::vector<int> rows = quick ? std::vector<int>{128, 512} : std::vector<int>{64, 128, 256, 512, 1024};
       compare<0, 256, 4>("bf16 out, BM 256, 4 stages", d, rows);
-      if (!quick) compare<0, 256, 5>("bf16 out, BM 256, 5 stages", d, rows);
+      compare<0, 256, 5>("bf16 out, BM 256, 5 stages", d, rows);
       compare<0, 128, 4>("bf16 out, BM 128, 4 stages", d, rows);
-      compare<0, 128, 6>("bf16 out, BM 128, 6 stages", d, rows);
+      compare<0, 128, 5>("bf16 out, BM 128, 5 stages", d, rows);
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, rows);
+      compare<0, 64, 8>("bf16 out, BM 64, 8 stages", d, rows);
     }
     for (int c = 0; c < d.copies; ++c) {
       CK(cudaFree(d.w[c]));

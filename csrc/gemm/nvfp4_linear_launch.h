@@ -33,8 +33,6 @@ struct Nvfp4Params {
                                    // the grid (stream_launch.cuh); changes no bit
   int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (the wgmma form
                                    // also 256; 0: by the row count); changes no bit
-  int64_t tile0 = 0;               // wgmma prefill kernel: the first 128-column output tile of a
-                                   // launch (the launcher splits a grid in two; changes no bit)
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).

@@ -24,7 +24,7 @@ namespace {
 
 template <int BM> constexpr int kStagesOf = BM == 64 ? 6 : 4;
 
-// The output-column tiles p.tile0 .. p.tile0 + tiles - 1.
+// `tiles` output-column tiles of 128.
 template <typename T, int OUT, int BM>
 cudaError_t launch_bm(const Nvfp4Params& p, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
                       cudaStream_t stream) {
@@ -116,31 +116,8 @@ cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStre
       !tensor_map_2d(&tw, p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(p.n), uint64_t(p.k / 2), uint64_t(p.k / 2),
                      wg_prefill::kBN, wg_prefill::kBK / 2, CU_TENSOR_MAP_SWIZZLE_32B))
     return cudaErrorNotSupported;
-  auto launch = [&](const Nvfp4Params& q, int b, int64_t t, const CUtensorMap& x) {
-    return act == Act::kBF16 ? launch_t<__nv_bfloat16>(q, b, t, x, tw, pdl, stream)
-                             : launch_t<__half>(q, b, t, x, tw, pdl, stream);
-  };
-  // The tail split: every CTA walks all of K, so a grid of a few CTAs more than whole waves (34816
-  // columns: 272 tiles, 264 = two CTAs on each of 132 SMs) spends a whole CTA time on its last
-  // few. The launcher runs the whole waves in one launch and the remaining column tiles in a
-  // second one of 64-row CTAs (one an SM, ~half a 256-row CTA's time), where that second grid
-  // fits one CTA an SM. The same bits (no output depends on the tile shape).
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms = 0;  // no split
-  }
-  const int64_t m_tiles = (p.m + bm - 1) / bm, slots = int64_t(sms) * (bm <= 128 ? 2 : 1);
-  const int64_t waves = slots > 0 ? m_tiles * tiles / slots : 0;
-  const int64_t whole = waves > 0 ? waves * slots / m_tiles : tiles;  // column tiles of whole waves
-  const int64_t rest = tiles - whole, rest_ctas = rest * ((p.m + 63) / 64);
-  if (p.tile_rows != 0 || waves == 0 || rest <= 0 || rest_ctas > sms) return launch(p, bm, tiles, tx);
-  CUtensorMap tx64;
-  if (!encode_x(&tx64, act, p, 64)) return cudaErrorNotSupported;
-  if (const cudaError_t e = launch(p, bm, whole, tx)) return e;
-  Nvfp4Params q = p;
-  q.tile0 = whole;
-  return launch(q, 64, rest, tx64);
+  return act == Act::kBF16 ? launch_t<__nv_bfloat16>(p, bm, tiles, tx, tw, pdl, stream)
+                           : launch_t<__half>(p, bm, tiles, tx, tw, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
   // has some, the empty one has none (nvfp4_wgmma_ready reads that on the host)
   __shared__ __align__(8) uint64_t bars[S];
   const uint32_t bar0 = smem_addr(bars);
-  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = (int64_t(blockIdx.y) + p.tile0) * kBN;
+  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * kBN;
   const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + g;  // this thread's first weight row (local)
   const int nkt = int(p.k / kBK);
@@ -113,7 +113,11 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
       if (s < nkt) load(s);
   }
 
-  // block scales: 4 bytes (the stage's four k16 blocks) of rows r0 and r0 + 8, two stages ahead
+  // block scales: 4 bytes (the stage's four k16 blocks) of rows r0 and r0 + 8, kScaleAhead stages
+  // ahead: 4 at BM 256 (H200, 34816x5120 at 512 / 1024 rows: 286 / 510 us against 297 / 527 two
+  // ahead), 2 below (4, a loop unrolled by 4: 9% slower at 64 and 128 rows;
+  // benchmarks/results/h200/wgmma_prefill_lab_15_scales4.txt)
+  constexpr int kScaleAhead = BM == 256 ? 4 : 2;
   const int64_t kRowS = p.k / 16;
   const bool ok0 = n0 + r0 < p.n, ok1 = n0 + r0 + 8 < p.n;
   const uint32_t* sp0 = reinterpret_cast<const uint32_t*>(p.scale + (ok0 ? (n0 + r0) * kRowS : 0));
@@ -130,13 +134,14 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
   const int wo00 = prefill_nvfp4::w_off(r0, 0), wo01 = prefill_nvfp4::w_off(r0, 1);
   const int wo10 = prefill_nvfp4::w_off(r0 + 8, 0), wo11 = prefill_nvfp4::w_off(r0 + 8, 1);
 
-  // stage kt: decode into a (the A registers of its 4 k16 blocks; sc: its scales, then kt + 2's),
+  // stage kt: decode into a (the A registers of its 4 k16 blocks; sc: its scales, then those of
+  // kt + kScaleAhead), then its wgmmas
   // then its wgmmas
   auto stage = [&](int kt, uint32_t (&a)[4][4], uint32_t (&sc)[2]) {
     __syncthreads();  // stage kt - 2's wgmmas are done in both warpgroups: its buffers are free
     if (tid == 0 && kt + S - 2 < nkt) load(kt + S - 2);
     const uint32_t sw0 = sc[0], sw1 = sc[1];
-    if (kt + 2 < nkt) scales(kt + 2, sc);
+    if (kt + kScaleAhead < nkt) scales(kt + kScaleAhead, sc);
     const int b = kt % S;
     tma::mbar_wait(bar0 + 8 * b, uint32_t(kt / S) & 1u);
     const unsigned char* ws = ws0 + b * kWStage;
@@ -169,15 +174,25 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
     wgmma::wait<1>();  // stage kt - 1's wgmmas are done (their A registers are free)
   };
 
-  uint32_t a_even[4][4], a_odd[4][4], sc_even[2], sc_odd[2];
-  scales(0, sc_even);
-  if (nkt > 1) scales(1, sc_odd);
+  // two A register sets alternate (a stage's wgmmas read theirs while the next stage decodes), and
+  // kScaleAhead scale sets rotate: the loop is unrolled by kScaleAhead (even)
+  uint32_t a_even[4][4], a_odd[4][4], sc[kScaleAhead][2];
+#pragma unroll
+  for (int i = 0; i < kScaleAhead; ++i)
+    if (i < nkt) scales(i, sc[i]);
   int kt = 0;
-  for (; kt + 1 < nkt; kt += 2) {
-    stage(kt, a_even, sc_even);
-    stage(kt + 1, a_odd, sc_odd);
+  for (; kt + kScaleAhead <= nkt; kt += kScaleAhead) {
+#pragma unroll
+    for (int i = 0; i < kScaleAhead; i += 2) {
+      stage(kt + i, a_even, sc[i]);
+      stage(kt + i + 1, a_odd, sc[i + 1]);
+    }
   }
-  if (kt < nkt) stage(kt, a_even, sc_even);
+#pragma unroll
+  for (int i = 0; i < kScaleAhead; i += 2) {
+    if (kt + i < nkt) stage(kt + i, a_even, sc[i]);
+    if (kt + i + 1 < nkt) stage(kt + i + 1, a_odd, sc[i + 1]);
+  }
   wgmma::wait<0>();
   wgmma::touch(acc);
   __syncthreads();  // every warpgroup is done with the stages: the output tile reuses them
