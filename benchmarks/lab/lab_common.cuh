@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/tensor_map.h"
+#include "common/tma.cuh"
+
 #define CK(x)                                                                                 \
   do {                                                                                        \
     cudaError_t e_ = (x);                                                                     \
@@ -95,31 +98,31 @@ float time_graph(int calls, F&& launch_i) {
   return t[t.size() / 2];
 }
 
+// calls == 0: one launch(0, default stream), checked and waited for; else us per call of a graph of
+// `calls` launches rotating over `copies` argument copies (launch(i % copies, stream)).
+template <typename L>
+float run_or_time(L&& launch, int copies, int calls) {
+  if (calls == 0) {
+    launch(0, nullptr);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    return 0.f;
+  }
+  return time_graph(calls, [&](int i, cudaStream_t st) { launch(i % copies, st); });
+}
+
 // ---- shared-memory feeds (skinny_lab bulk / tmap modes, fp8_lab): mbarriers, bulk and tensor-map
 // copies, 16-byte shared loads; the host side's tensor-map encoder from the driver
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+using qwen38::tma::mbar_expect;
+using qwen38::tma::mbar_init;
+using qwen38::tma::mbar_wait;
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
 __device__ __forceinline__ void tensor_copy(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
+  qwen38::tma::copy_2d(dst, map, c0, c1, bar);
 }
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
@@ -128,25 +131,13 @@ __device__ __forceinline__ uint4 lds128(uint32_t a) {
 }
 
 // A 2-D tensor map of a row-major [rows, cols] tensor of `type` elements (row stride `stride_bytes`),
-// boxes of box_rows x box_cols, the given swizzle, L2 promotion of 256 bytes.
+// boxes of box_rows x box_cols, the given swizzle (common/tensor_map.h); exits where it cannot.
 inline CUtensorMap tensor_map_2d(const void* base, CUtensorMapDataType type, uint64_t rows, uint64_t cols,
                                  uint64_t stride_bytes, uint32_t box_rows, uint32_t box_cols,
                                  CUtensorMapSwizzle swizzle) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  if (encode == nullptr) {
-    cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
-                                        cudaEnableDefault, &q));
-  }
   CUtensorMap m;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {stride_bytes};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t es[2] = {1, 1};
-  const CUresult r = encode(&m, type, 2, const_cast<void*>(base), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", int(r));
+  if (!qwen38::tensor_map_2d(&m, base, type, rows, cols, stride_bytes, box_rows, box_cols, swizzle)) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
     std::exit(1);
   }
   return m;

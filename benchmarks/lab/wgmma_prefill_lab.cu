@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "common/launch.cuh"
-#include "common/tensor_map.h"
 #include "gemm/nvfp4_wgmma_kernel.cuh"
 #include "lab_common.cuh"
 
@@ -68,16 +67,6 @@ Nvfp4Params params(const Data& d, int c, int64_t m, void* y, int out) {
   return p;
 }
 
-template <typename L>
-float run_or_time(L&& launch, int copies, int calls) {
-  if (calls == 0) {
-    launch(0, nullptr);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    return 0.f;
-  }
-  return lab::time_graph(calls, [&](int i, cudaStream_t st) { launch(i % copies, st); });
-}
 
 template <int OUT, int BM, int S>
 float run_wg(const Data& d, int64_t m, void* y, int calls) {
@@ -85,29 +74,22 @@ float run_wg(const Data& d, int64_t m, void* y, int calls) {
   auto kernel = wg_prefill::nvfp4_wgmma_kernel<__nv_bfloat16, OUT, BM, S>;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const dim3 grid(unsigned((m + BM - 1) / BM), unsigned((d.n + 127) / 128));
-  CUtensorMap tx;
-  if (!tensor_map_2d(&tx, d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64,
-                     CU_TENSOR_MAP_SWIZZLE_128B)) {
-    std::fprintf(stderr, "x map\n");
-    std::exit(1);
-  }
+  const CUtensorMap tx =
+      lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   std::vector<CUtensorMap> tw(d.copies);
   for (int c = 0; c < d.copies; ++c)
-    if (!tensor_map_2d(&tw[c], d.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
-                       CU_TENSOR_MAP_SWIZZLE_32B)) {
-      std::fprintf(stderr, "w map\n");
-      std::exit(1);
-    }
+    tw[c] = lab::tensor_map_2d(d.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
+                               CU_TENSOR_MAP_SWIZZLE_32B);
   auto launch = [&](int c, cudaStream_t st) {
     CK(launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(C::kSmem), st, false, params(d, c, m, y, OUT),
                      tx, tw[c]));
   };
-  return run_or_time(launch, d.copies, calls);
+  return lab::run_or_time(launch, d.copies, calls);
 }
 
 float run_mma(const Data& d, int64_t m, void* y, int out, int calls) {
   auto launch = [&](int c, cudaStream_t st) { CK(launch_nvfp4_prefill(Act::kBF16, params(d, c, m, y, out), false, st)); };
-  return run_or_time(launch, d.copies, calls);
+  return lab::run_or_time(launch, d.copies, calls);
 }
 
 template <int OUT, int BM, int S>

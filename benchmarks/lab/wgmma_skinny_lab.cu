@@ -325,16 +325,6 @@ Nvfp4Params params(const Weights& wt, int c, const __nv_bfloat16* x, __nv_bfloat
 
 // calls == 0: one launch (copy 0), checked and waited for; else us per call of a graph of `calls`
 // launches rotating over the weight copies
-template <typename L>
-float run_or_time(L&& launch, int copies, int calls) {
-  if (calls == 0) {
-    launch(0, nullptr);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    return 0.f;
-  }
-  return lab::time_graph(calls, [&](int i, cudaStream_t st) { launch(i % copies, st); });
-}
 
 template <int KS, int MB, int N>
 float run_wg(const Weights& wt, const __nv_bfloat16* x, __nv_bfloat16* y, int64_t m, int64_t n, int calls) {
@@ -349,7 +339,7 @@ float run_wg(const Weights& wt, const __nv_bfloat16* x, __nv_bfloat16* y, int64_
     const LaunchConfig cfg(grid, dim3(128), kSmem, st, false, KS);
     CK(cudaLaunchKernelEx(&cfg.cfg, kernel, params(wt, c, x, y, m, n)));
   };
-  return run_or_time(launch, wt.copies, calls);
+  return lab::run_or_time(launch, wt.copies, calls);
 }
 
 // the product's register-stream kernel (bf16, K 5120) at k split KS and NT tiles a warp
@@ -360,7 +350,7 @@ float run_stream(const Weights& wt, const __nv_bfloat16* x, __nv_bfloat16* y, in
     if (m <= 16) nvfp4_stream_kernel<__nv_bfloat16, kK, KS, NT, 1><<<unsigned(n / (8 * NT)), 32 * KS, 0, st>>>(p);
     else nvfp4_stream_kernel<__nv_bfloat16, kK, KS, NT, 2><<<unsigned(n / (8 * NT)), 32 * KS, 0, st>>>(p);
   };
-  return run_or_time(launch, wt.copies, calls);
+  return lab::run_or_time(launch, wt.copies, calls);
 }
 
 template <int KS, int MB, int N>

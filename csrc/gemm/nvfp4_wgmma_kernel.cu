@@ -5,10 +5,10 @@
 // Tile rows BM (the x rows of a CTA, wgmma's N) by the row count: 64 up to 64 rows (6 stages, two
 // CTAs an SM), 128 up to 128 (4 stages, two CTAs an SM at 128 registers), else 256 (4 stages, one CTA
 // an SM, 254 registers); p.tile_rows (QWEN38_PREFILL_TILE_ROWS) overrides. H200
-// (benchmarks/lab/wgmma_prefill_lab.cu, benchmarks/results/h200/wgmma_prefill_lab_15.txt),
-// 34816x5120 at 64 / 128 / 256 / 512 / 1024 rows: 101 / 124 / 183 / 297 / 527 us against the
-// mma.sync kernel's 168 / 230 / 363 / 632 / 1221 (BM 256 at 64 / 128 rows: 192 / 191; BM 128 with 6
-// stages, one CTA an SM: 135 / 136).
+// (benchmarks/lab/wgmma_prefill_lab.cu; benchmarks/results/h200/wgmma_prefill_lab_15.txt and, for
+// BM 256 with its scales 4 stages ahead, _scales4.txt), 34816x5120 at 64 / 128 / 256 / 512 / 1024
+// rows: 101 / 124 / 174 / 286 / 510 us against the mma.sync kernel's 168 / 230 / 361 / 634 / 1221
+// (BM 256 at 64 / 128 rows: 188 / 186; BM 128 with 6 stages, one CTA an SM: 135 / 136).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,9 +24,8 @@ namespace {
 
 template <int BM> constexpr int kStagesOf = BM == 64 ? 6 : 4;
 
-// `tiles` output-column tiles of 128.
 template <typename T, int OUT, int BM>
-cudaError_t launch_bm(const Nvfp4Params& p, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
+cudaError_t launch_bm(const Nvfp4Params& p, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
                       cudaStream_t stream) {
   constexpr int S = kStagesOf<BM>;
   auto kernel = wg_prefill::nvfp4_wgmma_kernel<T, OUT, BM, S>;
@@ -34,32 +33,26 @@ cudaError_t launch_bm(const Nvfp4Params& p, int64_t tiles, const CUtensorMap& tx
   // above the default 48 KB a block must opt in (per device; not a stream operation)
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(unsigned((p.m + BM - 1) / BM), unsigned(tiles));
+  const dim3 grid(unsigned((p.m + BM - 1) / BM), unsigned((p.n + wg_prefill::kBN - 1) / wg_prefill::kBN));
   return launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(kSmem), stream, pdl, p, tx, tw);
 }
 
 template <typename T, int OUT>
-cudaError_t launch_out(const Nvfp4Params& p, int bm, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw,
-                       bool pdl, cudaStream_t stream) {
-  if (bm == 64) return launch_bm<T, OUT, 64>(p, tiles, tx, tw, pdl, stream);
-  if (bm == 128) return launch_bm<T, OUT, 128>(p, tiles, tx, tw, pdl, stream);
-  return launch_bm<T, OUT, 256>(p, tiles, tx, tw, pdl, stream);
+cudaError_t launch_out(const Nvfp4Params& p, int bm, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
+                       cudaStream_t stream) {
+  if (bm == 64) return launch_bm<T, OUT, 64>(p, tx, tw, pdl, stream);
+  if (bm == 128) return launch_bm<T, OUT, 128>(p, tx, tw, pdl, stream);
+  return launch_bm<T, OUT, 256>(p, tx, tw, pdl, stream);
 }
 
 template <typename T>
-cudaError_t launch_t(const Nvfp4Params& p, int bm, int64_t tiles, const CUtensorMap& tx, const CUtensorMap& tw,
-                     bool pdl, cudaStream_t stream) {
+cudaError_t launch_t(const Nvfp4Params& p, int bm, const CUtensorMap& tx, const CUtensorMap& tw, bool pdl,
+                     cudaStream_t stream) {
   switch (p.out) {
-    case int(Out::kF32): return launch_out<T, int(Out::kF32)>(p, bm, tiles, tx, tw, pdl, stream);
-    case int(Out::kF16): return launch_out<T, int(Out::kF16)>(p, bm, tiles, tx, tw, pdl, stream);
-    default: return launch_out<T, int(Out::kBF16)>(p, bm, tiles, tx, tw, pdl, stream);
+    case int(Out::kF32): return launch_out<T, int(Out::kF32)>(p, bm, tx, tw, pdl, stream);
+    case int(Out::kF16): return launch_out<T, int(Out::kF16)>(p, bm, tx, tw, pdl, stream);
+    default: return launch_out<T, int(Out::kBF16)>(p, bm, tx, tw, pdl, stream);
   }
-}
-
-bool encode_x(CUtensorMap* tx, Act act, const Nvfp4Params& p, int bm) {
-  const CUtensorMapDataType xt = act == Act::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return tensor_map_2d(tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * 2, uint32_t(bm),
-                       wg_prefill::kBK, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -107,17 +100,19 @@ bool nvfp4_wgmma_serves(const Nvfp4Params& p, int x_elem_bytes) {
 
 cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
-  const int xb = 2;
-  const int64_t tiles = (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN;
-  if (!nvfp4_wgmma_serves(p, xb) || tiles > 65535) return cudaErrorInvalidValue;
+  const int xb = 2;  // bytes of an x element (bf16, fp16)
+  if (!nvfp4_wgmma_serves(p, xb) || (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN > 65535)
+    return cudaErrorInvalidValue;
   const int bm = nvfp4_wgmma_tile_rows(p);
   CUtensorMap tx, tw;
-  if (!encode_x(&tx, act, p, bm) ||
+  const CUtensorMapDataType xt = act == Act::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (!tensor_map_2d(&tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * xb, uint32_t(bm),
+                     wg_prefill::kBK, CU_TENSOR_MAP_SWIZZLE_128B) ||
       !tensor_map_2d(&tw, p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(p.n), uint64_t(p.k / 2), uint64_t(p.k / 2),
                      wg_prefill::kBN, wg_prefill::kBK / 2, CU_TENSOR_MAP_SWIZZLE_32B))
     return cudaErrorNotSupported;
-  return act == Act::kBF16 ? launch_t<__nv_bfloat16>(p, bm, tiles, tx, tw, pdl, stream)
-                           : launch_t<__half>(p, bm, tiles, tx, tw, pdl, stream);
+  return act == Act::kBF16 ? launch_t<__nv_bfloat16>(p, bm, tx, tw, pdl, stream)
+                           : launch_t<__half>(p, bm, tx, tw, pdl, stream);
 }
 
 }  // namespace qwen38::gemm

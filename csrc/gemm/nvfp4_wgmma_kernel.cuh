@@ -7,7 +7,7 @@
 // epilogue multiplies by 2^7 (exact), then by w_global (one rounding), adds the bias (one rounding)
 // and rounds once to the output type. wgmma m64nNk16 accumulates like mma.sync m16n8k16 for the
 // same operands, with the weights as A or as B (benchmarks/lab/wgmma_bits_lab.cu,
-// wgmma_skinny_lab.cu), so each output equals the "mma" kernel's (tests/test_nvfp4_wgmma.py).
+// wgmma_skinny_lab.cu), so each output equals the "mma" kernel's (tests/test_nvfp4_prefill.py compares the two).
 //
 // CTA: two warpgroups, 128 weight rows (output columns n0 ..; 64 a warpgroup, the A operand's M)
 // x BM rows of x (m0 ..; the B operand's N: one m64nBMk16 wgmma a k16 block). K streams through
@@ -17,27 +17,27 @@
 //              aligned);
 //   weights    128 rows x 32 bytes, 32-byte swizzle (= prefill_nvfp4::w_off: rows n and n + 4 of
 //              an 8-row group in different banks).
-// The block scales (4 bytes a row and stage) go from global memory straight into registers, two
-// stages ahead.
+// The block scales (4 bytes a row and stage) go from global memory straight into registers,
+// kScaleAhead stages ahead (4 at BM 256, else 2).
 // Thread (warpgroup G, warp w, lane g, t) decodes rows r0 = 64 G + 16 w + g and r0 + 8: for k16
 // block j of a stage, A = {r0: byte 8j + t, r0 + 8: byte 8j + t, r0: byte 8j + 4 + t, r0 + 8:
 // byte 8j + 4 + t} (k 2t, 2t + 1 and 2t + 8, 2t + 9 of the block: the mma.sync A fragment), each
 // byte's two nibbles one 16-bit pair times its row's block scale.
 // The pipeline of stage kt: barrier (every warpgroup has waited for stage kt - 2's wgmmas), thread
 // 0 issues the copies of stage kt + S - 2 into stage kt - 2's buffers, all wait for stage kt's
-// mbarrier, decode the
-// stage's 16 A registers (while stage kt - 1's wgmmas run), fence, 4 wgmmas, commit, wait until
-// only this stage's are pending. Two A register sets alternate between even and odd stages.
+// mbarrier, decode the stage's 16 A registers (while stage kt - 1's wgmmas run), fence, 4 wgmmas,
+// commit, wait until only this stage's are pending. Two A register sets alternate between even and
+// odd stages. (H200 measurements of the alternatives tried: benchmarks/results/h200/NOTES.md,
+// session 15.)
 // Epilogue: the accumulators go (scaled, biased, rounded) into a padded shared-memory tile
 // [BM][128] of the output type and leave in 16-byte stores along y's rows.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
-
-#include <cuda.h>
 
 #include "common/cp_async.cuh"
 #include "common/nvfp4.cuh"
@@ -58,7 +58,7 @@ constexpr int kWStage = prefill_nvfp4::kWBytes;   // packed weights of a stage (
 template <int BM, int S>
 struct Cfg {
   static_assert(BM == 64 || BM == 128 || BM == 256, "one wgmma N a k16 block");
-  static_assert(S >= 3, "two stages in flight at least");
+  static_assert(S >= 3, "stage kt + S - 2 loads while stage kt is used: S - 2 >= 1");
   static constexpr int kXStage = BM * kBK * 2;
   template <int OUT>
   static constexpr int out_row_bytes() { return kBN * (OUT == int(Out::kF32) ? 4 : 2) + 16; }
@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(kThreads, BM <= 128 ? 2 : 1)
 
   // stage kt: decode into a (the A registers of its 4 k16 blocks; sc: its scales, then those of
   // kt + kScaleAhead), then its wgmmas
-  // then its wgmmas
   auto stage = [&](int kt, uint32_t (&a)[4][4], uint32_t (&sc)[2]) {
     __syncthreads();  // stage kt - 2's wgmmas are done in both warpgroups: its buffers are free
     if (tid == 0 && kt + S - 2 < nkt) load(kt + S - 2);
