@@ -104,11 +104,13 @@ int l2_span() {
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 // Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
-// for the shape (v: its variant), else the rule (33 where auto's strategy is mma: prefill_read_bound).
-int64_t prefill_rows(int64_t n, int64_t k, const SkinnyVariant& v, bool auto_mma) {
+// for the shape (v: its variant; not where auto's strategy is the wgmma form, `table` false: the
+// sm_90 tables' crossovers were swept against dequant), else the rule (33 where auto's strategy is
+// mma).
+int64_t prefill_rows(int64_t n, int64_t k, const SkinnyVariant& v, bool auto_mma, bool table) {
   const char* e = std::getenv("QWEN38_NVFP4_PREFILL_ROWS");
   if (e == nullptr || *e == '\0') {
-    if (v.prefill_rows > 0 && !auto_mma) return v.prefill_rows;
+    if (v.prefill_rows > 0 && table) return v.prefill_rows;
     return auto_mma ? kSkinnyMaxRows + 1 : nvfp4_prefill_dequant_rows(n, k);
   }
   char* end = nullptr;
@@ -305,8 +307,9 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
             nvfp4_wgmma_serves(p, int(x.element_size()));
     // auto's prefill strategy: mma on a read-bound GPU where it serves K, or in its wgmma form on the
     // weight shapes where that was measured faster, else dequant
-    const bool auto_mma = nvfp4_prefill_serves(k) && (prefill_read_bound(x) || (wgmma && nvfp4_wgmma_auto(n, k)));
-    const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma);
+    const bool auto_wgmma = nvfp4_prefill_serves(k) && wgmma && nvfp4_wgmma_auto(n, k);
+    const bool auto_mma = auto_wgmma || (nvfp4_prefill_serves(k) && prefill_read_bound(x));
+    const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma, !auto_wgmma);
     mma = mode == Prefill::kMma || (past && auto_mma);
     dequant = mode == Prefill::kDequant || (past && !auto_mma);
   }
