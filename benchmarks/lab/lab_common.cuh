@@ -9,6 +9,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -97,6 +98,40 @@ float time_graph(int calls, F&& launch_i) {
   CK(cudaStreamDestroy(s));
   return t[t.size() / 2];
 }
+
+// Random NVFP4 test weights from a hash (the same data in every run): kind 0 any byte (two e2m1
+// codes), kind 1 e4m3 block scales 2^-4 .. 2^2.
+__global__ void fill_nvfp4(uint8_t* p, size_t n, uint32_t seed, int kind) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix(i, seed);
+    p[i] = kind == 1 ? uint8_t(((3 + (h >> 8) % 7) << 3) | (h & 7)) : uint8_t(h);
+  }
+}
+
+// `copies` copies of one N x K NVFP4 weight shape (packed codes [N, K/2], scales [N, K/16]), each
+// filled from its own seeds; release() frees them.
+struct Nvfp4Copies {
+  std::vector<uint8_t*> w, s;
+  void alloc(int64_t n, int64_t k, int copies) {
+    const size_t wbytes = size_t(n) * k / 2, sbytes = size_t(n) * k / 16;
+    w.resize(copies);
+    s.resize(copies);
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMalloc(&w[c], wbytes));
+      CK(cudaMalloc(&s[c], sbytes));
+      fill_nvfp4<<<2048, 256>>>(w[c], wbytes, 17 + c, 0);
+      fill_nvfp4<<<2048, 256>>>(s[c], sbytes, 71 + c, 1);
+    }
+  }
+  void release() {
+    for (size_t c = 0; c < w.size(); ++c) {
+      CK(cudaFree(w[c]));
+      CK(cudaFree(s[c]));
+    }
+    w.clear();
+    s.clear();
+  }
+};
 
 // calls == 0: one launch(0, default stream), checked and waited for; else us per call of a graph of
 // `calls` launches rotating over `copies` argument copies (launch(i % copies, stream)).

@@ -26,14 +26,6 @@ namespace {
 
 constexpr int kK = 5120;
 
-__global__ void fill(uint8_t* p, size_t n, uint32_t seed, int kind) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = lab::mix(i, seed);
-    uint8_t v = uint8_t(h);
-    if (kind == 1) v = uint8_t(((3 + (h >> 8) % 7) << 3) | (h & 7));  // e4m3 scales 2^-4 .. 2^2
-    p[i] = v;
-  }
-}
 // x: bf16 +-[0.5, 2) from a hash (finite, nonzero)
 __global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -45,7 +37,7 @@ __global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
 struct Data {
   int64_t n;
   int copies;
-  std::vector<uint8_t*> w, s;
+  lab::Nvfp4Copies wt;
   float* global;
   __nv_bfloat16* x;
   void* y;
@@ -55,8 +47,8 @@ struct Data {
 Nvfp4Params params(const Data& d, int c, int64_t m, void* y, int out) {
   Nvfp4Params p;
   p.x = d.x;
-  p.w = d.w[c];
-  p.scale = d.s[c];
+  p.w = d.wt.w[c];
+  p.scale = d.wt.s[c];
   p.global = d.global;
   p.y = y;
   p.m = m;
@@ -78,7 +70,7 @@ float run_wg(const Data& d, int64_t m, void* y, int calls) {
       lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   std::vector<CUtensorMap> tw(d.copies);
   for (int c = 0; c < d.copies; ++c)
-    tw[c] = lab::tensor_map_2d(d.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
+    tw[c] = lab::tensor_map_2d(d.wt.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
                                CU_TENSOR_MAP_SWIZZLE_32B);
   auto launch = [&](int c, cudaStream_t st) {
     CK(launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(C::kSmem), st, false, params(d, c, m, y, OUT),
@@ -159,14 +151,7 @@ int main(int argc, char** argv) {
     d.n = n;
     const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
     d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
-    d.w.resize(d.copies);
-    d.s.resize(d.copies);
-    for (int c = 0; c < d.copies; ++c) {
-      CK(cudaMalloc(&d.w[c], wbytes));
-      CK(cudaMalloc(&d.s[c], sbytes));
-      fill<<<2048, 256>>>(d.w[c], wbytes, 17 + c, 0);
-      fill<<<2048, 256>>>(d.s[c], sbytes, 71 + c, 1);
-    }
+    d.wt.alloc(n, kK, d.copies);
     CK(cudaMalloc(&d.global, 4));
     const float gs = 0.01f;
     CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
@@ -193,10 +178,7 @@ int main(int argc, char** argv) {
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, rows);
       compare<0, 64, 8>("bf16 out, BM 64, 8 stages", d, rows);
     }
-    for (int c = 0; c < d.copies; ++c) {
-      CK(cudaFree(d.w[c]));
-      CK(cudaFree(d.s[c]));
-    }
+    d.wt.release();
     CK(cudaFree(d.global));
     CK(cudaFree(d.x));
     CK(cudaFree(d.y));

@@ -293,17 +293,7 @@ constexpr int wg_smem() {
   return stage_bytes(N) * (kStepsAll / KS) + KS * MB * 64 * N * 4;  // the staged activations, the partials
 }
 
-__global__ void fill(uint8_t* p, size_t n, uint32_t seed, int kind) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = lab::mix(i, seed);
-    uint8_t v = uint8_t(h);
-    if (kind == 1) v = uint8_t(((3 + (h >> 8) % 7) << 3) | (h & 7));  // e4m3 scales 2^-4 .. 2^2
-    p[i] = v;
-  }
-}
-
-struct Weights {
-  std::vector<uint8_t*> w, s;
+struct Weights : lab::Nvfp4Copies {
   float* global;
   int copies;
 };
@@ -419,14 +409,7 @@ int main() {
     Weights wt;
     const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
     wt.copies = int(std::max<size_t>(2, 3 * l2 / (wbytes + sbytes) + 1));
-    wt.w.resize(wt.copies);
-    wt.s.resize(wt.copies);
-    for (int c = 0; c < wt.copies; ++c) {
-      CK(cudaMalloc(&wt.w[c], wbytes));
-      CK(cudaMalloc(&wt.s[c], sbytes));
-      fill<<<2048, 256>>>(wt.w[c], wbytes, 17 + c, 0);
-      fill<<<2048, 256>>>(wt.s[c], sbytes, 71 + c, 1);
-    }
+    wt.alloc(n, kK, wt.copies);
     CK(cudaMalloc(&wt.global, 4));
     const float gs = 0.01f;
     CK(cudaMemcpy(wt.global, &gs, 4, cudaMemcpyHostToDevice));
@@ -439,10 +422,7 @@ int main() {
     compare<4, 1, 32>("k split 4, 64 rows, N 32", wt, x, y, yref, n, rows, ceiling);
     compare<4, 2, 32>("k split 4, 128 rows, N 32", wt, x, y, yref, n, rows, ceiling);
     compare<8, 2, 32>("k split 8, 128 rows, N 32", wt, x, y, yref, n, rows, ceiling);
-    for (int c = 0; c < wt.copies; ++c) {
-      CK(cudaFree(wt.w[c]));
-      CK(cudaFree(wt.s[c]));
-    }
+    wt.release();
     CK(cudaFree(wt.global));
     CK(cudaFree(y));
     CK(cudaFree(yref));
