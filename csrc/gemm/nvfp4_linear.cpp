@@ -303,11 +303,11 @@ at::Tensor nvfp4_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, co
     p.tile_rows = prefill_tile_rows(kOp);
     // the mma strategy's Hopper form (same bits): where the build and the device have it
     const int dev = x.device().index();
-    wgmma = knob_enabled("QWEN38_NVFP4_WGMMA", true) && nvfp4_wgmma_ready(dev) &&
-            nvfp4_wgmma_serves(p, int(x.element_size()));
-    // auto's prefill strategy: mma on a read-bound GPU where it serves K, or in its wgmma form on the
-    // weight shapes where that was measured faster, else dequant
-    const bool auto_wgmma = nvfp4_prefill_serves(k) && wgmma && nvfp4_wgmma_auto(n, k);
+    wgmma = knob_enabled("QWEN38_NVFP4_WGMMA", true) && nvfp4_wgmma_ready(dev) && nvfp4_wgmma_serves(p);
+    // auto's prefill strategy: mma on a read-bound GPU where it serves K, or in its wgmma form (which
+    // serves K when it serves the call) on the weight shapes where that was measured faster, else
+    // dequant
+    const bool auto_wgmma = wgmma && nvfp4_wgmma_auto(n, k);
     const bool auto_mma = auto_wgmma || (nvfp4_prefill_serves(k) && prefill_read_bound(x));
     const bool past = mode == Prefill::kAuto && m >= prefill_rows(n, k, v, auto_mma, !auto_wgmma);
     mma = mode == Prefill::kMma || (past && auto_mma);

@@ -58,7 +58,7 @@ cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaSt
 // launch_nvfp4_prefill's kernel. nvfp4_wgmma_ready: the device is compute capability 9.0 and this
 // build carries the kernel's sm_90a body and the driver's tensor-map encoder (cached per device).
 // nvfp4_wgmma_serves: K a positive multiple of 64, x and w 16-byte aligned with 16-byte row
-// strides, w_scale 4-byte aligned. nvfp4_wgmma_tile_rows: the x rows of a CTA (64, 128 or 256).
+// strides, w_scale 4-byte aligned, at most 65535 column tiles. nvfp4_wgmma_tile_rows: the x rows of a CTA (64, 128 or 256).
 // nvfp4_wgmma_auto: the weight shapes where "auto" takes it from 33 rows: N >= 8192 and K <= 6144
 // (a CTA walks all of K one 64-wide stage at a time, so a narrow or long weight leaves the GPU
 // partly idle as long). H200 (benchmarks/results/h200/prefill_ab_15.md), us at 33 / 128 / 512 /
@@ -68,7 +68,7 @@ cudaError_t launch_nvfp4_prefill(Act act, const Nvfp4Params& p, bool pdl, cudaSt
 // against 92 / 113 / 192 / 311.
 bool nvfp4_wgmma_auto(int64_t n, int64_t k);
 bool nvfp4_wgmma_ready(int device);
-bool nvfp4_wgmma_serves(const Nvfp4Params& p, int x_elem_bytes);
+bool nvfp4_wgmma_serves(const Nvfp4Params& p);
 int nvfp4_wgmma_tile_rows(const Nvfp4Params& p);
 cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
 

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <map>
 #include <mutex>
 
 #include "common/launch.cuh"
@@ -67,46 +68,46 @@ int nvfp4_wgmma_tile_rows(const Nvfp4Params& p) {
 bool nvfp4_wgmma_auto(int64_t n, int64_t k) { return n >= 8192 && k <= 6144; }
 
 bool nvfp4_wgmma_ready(int device) {
-  static int state[64] = {};  // 0 unknown, 1 yes, 2 no
   static std::mutex mu;
-  if (device < 0 || device >= 64) return false;
-  const std::lock_guard<std::mutex> lock(mu);
-  if (state[device] == 0) {
-    bool ok = false;
+  static std::map<int, bool> cache;
+  bool ok = false;
+  const cudaError_t e = cached_query(mu, cache, device, &ok, [device](bool* r) {
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.major == 9 && prop.minor == 0 &&
-        tensor_map_encoder() != nullptr) {
-      // the build's sm_90 code has the kernel's body (an sm_90a target) iff the body's static
-      // shared memory (the mbarriers) is there
-      int cur = 0;
-      cudaFuncAttributes fa{};
-      if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
-        ok = cudaFuncGetAttributes(&fa, wg_prefill::nvfp4_wgmma_kernel<__nv_bfloat16, 0, 256, 4>) == cudaSuccess &&
-             fa.sharedSizeBytes > 0;
-        cudaSetDevice(cur);
-      }
+    *r = false;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major != 9 || prop.minor != 0 ||
+        tensor_map_encoder() == nullptr)
+      return cudaSuccess;
+    // the build's sm_90 code has the kernel's body (an sm_90a target) iff the body's static shared
+    // memory (the mbarriers) is there
+    int cur = 0;
+    cudaFuncAttributes fa{};
+    if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+      *r = cudaFuncGetAttributes(&fa, wg_prefill::nvfp4_wgmma_kernel<__nv_bfloat16, 0, 256, kStagesOf<256>>) ==
+               cudaSuccess &&
+           fa.sharedSizeBytes > 0;
+      cudaSetDevice(cur);
     }
-    (void)cudaGetLastError();  // a failed query leaves no sticky error behind
-    state[device] = ok ? 1 : 2;
-  }
-  return state[device] == 1;
+    return cudaSuccess;
+  });
+  (void)cudaGetLastError();  // a failed query leaves no sticky error behind
+  return e == cudaSuccess && ok;
 }
 
-bool nvfp4_wgmma_serves(const Nvfp4Params& p, int x_elem_bytes) {
+constexpr int kXBytes = 2;  // bytes of an x element (bf16, fp16)
+
+bool nvfp4_wgmma_serves(const Nvfp4Params& p) {
   return p.k > 0 && p.k % wg_prefill::kBK == 0 && p.m > 0 && p.m < (int64_t(1) << 31) && p.n > 0 &&
-         p.n < (int64_t(1) << 31) && aligned(p.x, 16) && (p.x_stride * x_elem_bytes) % 16 == 0 && aligned(p.w, 16) &&
-         aligned(p.scale, 4);
+         (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN <= 65535 && aligned(p.x, 16) &&
+         (p.x_stride * kXBytes) % 16 == 0 && aligned(p.w, 16) && aligned(p.scale, 4);
 }
 
 cudaError_t launch_nvfp4_wgmma(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
-  const int xb = 2;  // bytes of an x element (bf16, fp16)
-  if (!nvfp4_wgmma_serves(p, xb) || (p.n + wg_prefill::kBN - 1) / wg_prefill::kBN > 65535)
-    return cudaErrorInvalidValue;
+  if (!nvfp4_wgmma_serves(p)) return cudaErrorInvalidValue;
   const int bm = nvfp4_wgmma_tile_rows(p);
   CUtensorMap tx, tw;
   const CUtensorMapDataType xt = act == Act::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (!tensor_map_2d(&tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * xb, uint32_t(bm),
+  if (!tensor_map_2d(&tx, p.x, xt, uint64_t(p.m), uint64_t(p.k), uint64_t(p.x_stride) * kXBytes, uint32_t(bm),
                      wg_prefill::kBK, CU_TENSOR_MAP_SWIZZLE_128B) ||
       !tensor_map_2d(&tw, p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(p.n), uint64_t(p.k / 2), uint64_t(p.k / 2),
                      wg_prefill::kBN, wg_prefill::kBK / 2, CU_TENSOR_MAP_SWIZZLE_32B))
