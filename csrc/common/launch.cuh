@@ -113,33 +113,34 @@ cudaError_t dynamic_smem_room(void (*kernel)(KArgs...), size_t* room) {
 // within the block's limit caps it. Measured on the H200 (session 13, benchmarks/lab/pdl_ab.py):
 // nvfp4_linear 12288x5120 (384 CTAs, four an SM) back to back with PDL 19.1 / 21.9 us at 1 / 16
 // rows, 16.6 / 19.6 spread (16.6 / 18.5 without PDL); the other weight shapes and the GDN
-// kernels within noise. Extra shared memory is never read: no bit changes.
-// The first call per (kernel, device, threads, smem, blocks) searches the size (occupancy queries,
-// not stream operations); later calls read a cache.
+// kernels within noise. Extra shared memory is never read: no bit changes. (The size: cap_smem below.)
 inline bool spread_enabled() {
   const char* knob = std::getenv("QWEN38_SPREAD");
   return knob == nullptr || std::strcmp(knob, "0") != 0;
 }
 
-inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int64_t blocks, size_t* out) {
+// The dynamic shared memory to launch `kernel` with so that no SM holds more than `cap` of its
+// blocks: `smem` when its occupancy is already at most `cap` (or `cap` < 1), else the smallest size
+// in (smem, room] that caps it, when one does (else `smem`). Extra shared memory is never read.
+// The first call per (kernel, device, threads, smem, cap) searches (occupancy queries, not stream
+// operations); later calls read a cache.
+inline cudaError_t cap_smem(const void* kernel, int threads, size_t smem, int cap, size_t* out) {
   *out = smem;
-  if (!spread_enabled() || blocks <= 0) return cudaSuccess;
+  if (cap < 1) return cudaSuccess;
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
+  static std::map<std::tuple<const void*, int, int, size_t, int>, size_t> cache;
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
-  return cached_query(mu, cache, std::make_tuple(kernel, dev, threads, smem, blocks), out, [&](size_t* best) {
-    int sms = 0, natural = 0, occ = 0;
+  return cached_query(mu, cache, std::make_tuple(kernel, dev, threads, smem, cap), out, [&](size_t* best) {
+    int natural = 0, occ = 0;
     size_t room = 0;
     *best = smem;
     if (cudaError_t e = dynamic_smem_room(kernel, &room)) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
     if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem)) return e;
-    const int64_t cap = (blocks + sms - 1) / sms;
     if (natural > 0 && cap < natural && room > smem) {
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, room)) return e;
-      if (occ >= 1 && occ <= cap) {  // the smallest size in (smem, room] holding at most cap an SM
-        size_t lo = smem, hi = room;  // occupancy(lo) > cap >= occupancy(hi)
+      if (occ >= 1 && occ <= cap) {  // occupancy(lo) > cap >= occupancy(hi)
+        size_t lo = smem, hi = room;
         while (hi - lo > 128) {
           const size_t mid = lo + (hi - lo) / 2;
           if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, mid)) return e;
@@ -150,6 +151,38 @@ inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int
     }
     return cudaSuccess;
   });
+}
+
+template <typename... KArgs>
+cudaError_t cap_smem(void (*kernel)(KArgs...), int threads, size_t smem, int cap, size_t* out) {
+  return cap_smem(reinterpret_cast<const void*>(kernel), threads, smem, cap, out);
+}
+
+// The current device's SM count (cached per device).
+inline cudaError_t device_sms(int* sms) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  return cached_query(mu, cache, dev, sms,
+                      [&](int* n) { return cudaDeviceGetAttribute(n, cudaDevAttrMultiProcessorCount, dev); });
+}
+
+// The spread's cap of a grid of `blocks`: ceil(blocks / SMs) (0: the knob is off or no grid).
+inline cudaError_t spread_cap(int64_t blocks, int* cap) {
+  *cap = 0;
+  if (!spread_enabled() || blocks <= 0) return cudaSuccess;
+  int sms = 0;
+  if (cudaError_t e = device_sms(&sms)) return e;
+  const int64_t c = (blocks + sms - 1) / sms;
+  *cap = c < (int64_t(1) << 30) ? int(c) : (1 << 30);
+  return cudaSuccess;
+}
+
+inline cudaError_t spread_smem(const void* kernel, int threads, size_t smem, int64_t blocks, size_t* out) {
+  int cap = 0;
+  if (cudaError_t e = spread_cap(blocks, &cap)) return e;
+  return cap_smem(kernel, threads, smem, cap, out);
 }
 
 template <typename... KArgs>

@@ -20,6 +20,8 @@ struct Fp8StreamOf {
   static constexpr bool kKs8Nt4 = false;
   template <int K, int KS>
   static constexpr bool kClusters = kFp8StreamClusters<K, KS>;
+  template <int KS, int MT>
+  static constexpr bool kWaveFit = false;  // (17..32 rows at k split 4: 226-230 registers, 2 an SM)
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8BlockParams>;
 

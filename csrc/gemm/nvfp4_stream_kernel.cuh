@@ -32,6 +32,8 @@
 // same warp order (skinny_common.cuh reduce_and_store_cluster): the same bits.
 #pragma once
 
+#include <type_traits>
+
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
@@ -43,19 +45,51 @@ namespace qwen38::gemm {
 
 constexpr int kStreamDepth = 2;  // steps of weights in registers ahead of their use (lab: 2 best)
 
+// 17..32 rows at k split 4 (the table's choice for the K = 5120 weights of 6144 rows and more):
+// on sm_90a held to 3 blocks an SM (168 registers; the compiler's choice, 172, leaves 2), with the
+// weights 2 steps ahead in bf16 and 1 in fp16 (whose decode spills 16 bytes at 2 under the cap).
+// The launcher then takes 2 or 3 blocks an SM by the grid's waves (stream_launch.cuh kWaveFit).
+// H200 (benchmarks/lab/stream_mt2_lab.cu, bf16, us at 17 / 32 rows): 34816x5120 79.4 / 89.2 at 2
+// blocks, 65.9 / 75.9 at 3; 12288x5120 33.6 / 37.1 -> 23.7 / 27.0; 17408x5120 48.5 / 54.3 -> 43.8 /
+// 50.9; 16384x5120 34.8 / 38.2 at 2, 43.7 / 50.6 at 3 (512 blocks: two waves either way). The
+// hardware-decode build (sm_120+) keeps the compiler's choice. (QWEN38_NVFP4_WIDE4_BLOCKS and
+// QWEN38_NVFP4_WIDE4_DEPTH override both for the lab; no bit changes.)
+#ifndef QWEN38_NVFP4_WIDE4_BLOCKS
+#define QWEN38_NVFP4_WIDE4_BLOCKS 3
+#endif
+#ifndef QWEN38_NVFP4_WIDE4_DEPTH
+#define QWEN38_NVFP4_WIDE4_DEPTH 0  // 0: by the activation type, as above
+#endif
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)
+#else
+#define QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) \
+  ((KSPLIT) == 4 && (MT) == 2 ? QWEN38_NVFP4_WIDE4_BLOCKS : QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+#endif
+template <typename T>
+constexpr int stream_depth_wide4() {
+#ifdef QWEN38_HW_E2M1
+  return kStreamDepth;
+#else
+  return QWEN38_NVFP4_WIDE4_DEPTH > 0 ? QWEN38_NVFP4_WIDE4_DEPTH : std::is_same_v<T, __half> ? 1 : 2;
+#endif
+}
+
 
 // T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same).
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
     nvfp4_stream_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   constexpr int kRowB = K / 2, kRowS = K / 16;                // weight / scale bytes per row
   // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
   // weights in flight from the start, and the activations a whole step (4 words) ahead
-  constexpr int kD = NT == 1 ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1) : kStreamDepth;
+  constexpr int kD = NT == 1                     ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1)
+                     : KSPLIT == 4 && MT == 2 ? stream_depth_wide4<T>()
+                                              : kStreamDepth;
   constexpr bool kXStep = NT == 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
   __shared__ float partial[KSPLIT][MT * 16][8];

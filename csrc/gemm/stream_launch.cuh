@@ -6,7 +6,8 @@
 // auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4, and 1 at K 5120
 // with k split 8, with a second m16 tile), `kKs8Nt4` (4 tiles per warp compiled at k split 8, at
 // either row range) and `template <int K, int KS> kClusters` (the kernel carries the cluster form:
-// stream_common.cuh). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
+// stream_common.cuh), `template <int KS, int MT> kWaveFit` (the launch takes the blocks per SM by
+// wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,6 +87,38 @@ struct StreamLaunch {
   }
   static constexpr int kAutoClusterMax = 4;
 
+  // kWaveFit kernels on compute capability 9 (where measured): the blocks per SM, b, that puts the
+  // fewest blocks on an SM over the grid's waves, ceil(G / (SMs b)) b, among 2 .. the kernel's
+  // occupancy (ties: the larger b); 0 (no cap) elsewhere or when the occupancy is 2 or less. With
+  // the NVFP4 17..32-row kernels at up to 3 an SM (nvfp4_stream_kernel.cuh) on 132 SMs: 1088 blocks
+  // (34816x5120) take 3 (3 waves of 3 against 5 of 2), 544 (17408x5120) 3 (a tie), 512
+  // (16384x5120) 2 (two waves either way), 384 (12288x5120) 3 (one wave). A launch detail that
+  // changes no bit. The first call per (kernel, device, threads, smem, blocks) queries; later calls
+  // read a cache.
+  template <typename... KArgs>
+  static cudaError_t wave_fit(void (*fn)(KArgs...), int threads, size_t smem, int64_t blocks, int* out) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int, size_t, int64_t>, int> cache;
+    int dev = 0;
+    if (cudaError_t e = cudaGetDevice(&dev)) return e;
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(fn), dev, threads, smem, blocks);
+    return cached_query(mu, cache, key, out, [&](int* best) {
+      int major = 0, sms = 0, occ = 0;
+      *best = 0;
+      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
+      if (major != 9) return cudaSuccess;
+      if (cudaError_t e = device_sms(&sms)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
+      if (occ <= 2) return cudaSuccess;
+      int64_t best_load = -1;
+      for (int b = 2; b <= occ; ++b) {
+        const int64_t per_wave = int64_t(sms) * b, load = (blocks + per_wave - 1) / per_wave * b;
+        if (best_load < 0 || load <= best_load) *best = b, best_load = load;
+      }
+      return cudaSuccess;
+    });
+  }
+
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
     const int64_t tiles = p.n / (8 * NT);
@@ -95,8 +128,15 @@ struct StreamLaunch {
       if (cudaError_t e = cluster_of(fn, p, KS, NT * MT, tiles, &cl)) return e;
     const dim3 grid(unsigned(tiles * cl)), block(unsigned(32 * KS / cl));
     const size_t need = cluster_smem(cl, KS, NT * MT);
-    size_t smem = need;  // QWEN38_SPREAD (launch.cuh)
-    if (cudaError_t e = spread_smem(fn, int(block.x), need, grid.x, &smem)) return e;
+    int cap = 0;  // blocks an SM: QWEN38_SPREAD (launch.cuh), then wave_fit
+    if (cudaError_t e = spread_cap(grid.x, &cap)) return e;
+    if constexpr (Of::template kWaveFit<KS, MT>) {
+      int fit = 0;
+      if (cudaError_t e = wave_fit(fn, int(block.x), need, grid.x, &fit)) return e;
+      if (fit > 0 && (cap == 0 || fit < cap)) cap = fit;
+    }
+    size_t smem = need;
+    if (cudaError_t e = cap_smem(fn, int(block.x), need, cap, &smem)) return e;
     return launch_kernel_cluster(fn, grid, block, smem, stream, pdl, cl, p);
   }
 

@@ -1,0 +1,296 @@
+// Lab (sm_90a only): where does the warpgroup-MMA NVFP4 prefill kernel (gemm/nvfp4_wgmma_kernel.cuh)
+// spend its ~0.6 us a 64-k stage at 64 and 128 rows? A copy of its main loop with parts switched
+// off one at a time (the results are garbage except for the full form; only the times count):
+//   kNoDecode  the A registers are the packed words as loaded (no scale conversion, no decode)
+//   kNoMma     no wgmma (the decoded registers are folded into one accumulator instead)
+//   kNoWLoad   the weights' TMA copies only fill the first stages (later stages: x only)
+//   kNoXLoad   the x tile's copies likewise
+//   kNoScale   no block-scale loads (a constant)
+// plus forms that change the pipeline rather than remove work:
+//   kWait0     wait for a stage's own wgmmas at its end (no group left in flight)
+//   kNoBar     no CTA barrier a stage: each warp frees a stage's buffers through an "empty"
+//              mbarrier of 8 arrivals (one a warp, after its wait for that stage's wgmmas) that
+//              thread 0 waits on before refilling it (a producer without a producer warp)
+//
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
+//       benchmarks/lab/wgmma_floor_lab.cu -o build/lab/wgmma_floor_lab
+//   build/lab/wgmma_floor_lab            (timings)
+//   build/lab/wgmma_floor_lab --profile  (one launch of the full form, BM 64, 64 rows, for ncu)
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/launch.cuh"
+#include "gemm/nvfp4_wgmma_kernel.cuh"
+#include "lab_common.cuh"
+
+using namespace qwen38;
+using namespace qwen38::gemm;
+
+namespace {
+
+constexpr int kK = 5120;
+enum : int { kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64 };
+
+__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = lab::mix(i, seed);
+    p[i] = uint16_t((h & 0x807f) | 0x3f00);
+  }
+}
+
+template <int BM, int S, int A>
+__global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
+    floor_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw) {
+#ifdef QWEN38_WGMMA
+  using T = __nv_bfloat16;
+  using C = wg_prefill::Cfg<BM, S>;
+  constexpr int kWStage = wg_prefill::kWStage, kBK = wg_prefill::kBK;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem =
+      smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  const uint32_t xs_addr = smem_addr(smem);
+  const unsigned char* ws0 = smem + S * C::kXStage;
+  const uint32_t ws_addr = xs_addr + S * C::kXStage;
+  __shared__ __align__(8) uint64_t bars[2 * S];  // full[S], then (kNoBar) empty[S]
+  const uint32_t bar0 = smem_addr(bars), ebar0 = bar0 + 8 * S;
+  const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * wg_prefill::kBN;
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + g;
+  const int nkt = int(p.k / kBK);
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) tma::mbar_init(bar0 + 8 * s, 1);
+    for (int s = 0; s < S; ++s) tma::mbar_init(ebar0 + 8 * s, 8);
+    tma::mbar_init_fence();
+  }
+  __syncthreads();
+  auto load = [&](int kt) {
+    const int b = kt % S;
+    const bool wl = !(A & kNoWLoad) || kt < S, xl = !(A & kNoXLoad) || kt < S;
+    tma::mbar_expect(bar0 + 8 * b, uint32_t((xl ? C::kXStage : 0) + (wl ? kWStage : 0)));
+    if (xl) tma::copy_2d(xs_addr + b * C::kXStage, &tx, kt * kBK, int(m0), bar0 + 8 * b);
+    if (wl) tma::copy_2d(ws_addr + b * kWStage, &tw, kt * (kBK / 2), int(n0), bar0 + 8 * b);
+  };
+  if (tid == 0)
+    for (int s = 0; s < S - 2; ++s)
+      if (s < nkt) load(s);
+  const int64_t kRowS = p.k / 16;
+  const uint32_t* sp0 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0) * kRowS);
+  const uint32_t* sp1 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0 + 8) * kRowS);
+  auto scales = [&](int kt, uint32_t (&sc)[2]) {
+    if (A & kNoScale) {
+      sc[0] = 0x38383838u;
+      sc[1] = 0x38383838u;
+    } else {
+      sc[0] = __ldg(sp0 + kt);
+      sc[1] = __ldg(sp1 + kt);
+    }
+  };
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
+  const uint32_t sel = 0x4440u | uint32_t(t);
+  const int wo00 = prefill_nvfp4::w_off(r0, 0), wo01 = prefill_nvfp4::w_off(r0, 1);
+  const int wo10 = prefill_nvfp4::w_off(r0 + 8, 0), wo11 = prefill_nvfp4::w_off(r0 + 8, 1);
+  auto stage = [&](int kt, uint32_t (&a)[4][4], uint32_t (&sc)[2]) {
+    if (A & kNoBar) {
+      // the buffer of stage kt - 2 is refilled with stage kt + S - 2 once every warp has
+      // finished stage kt - 2's wgmmas (each arrives on its empty barrier after its wait<1> of
+      // stage kt - 1, below); thread 0 waits for that before issuing
+      if (tid == 0 && kt + S - 2 < nkt) {
+        if (kt >= 2) tma::mbar_wait(ebar0 + 8 * ((kt - 2) % S), uint32_t((kt - 2) / S) & 1u);
+        load(kt + S - 2);
+      }
+    } else {
+      __syncthreads();
+      if (tid == 0 && kt + S - 2 < nkt) load(kt + S - 2);
+    }
+    const uint32_t sw0 = sc[0], sw1 = sc[1];
+    if (kt + 2 < nkt) scales(kt + 2, sc);
+    const int b = kt % S;
+    tma::mbar_wait(bar0 + 8 * b, uint32_t(kt / S) & 1u);
+    const unsigned char* ws = ws0 + b * kWStage;
+    const uint4 c00 = *reinterpret_cast<const uint4*>(ws + wo00);
+    const uint4 c01 = *reinterpret_cast<const uint4*>(ws + wo01);
+    const uint4 c10 = *reinterpret_cast<const uint4*>(ws + wo10);
+    const uint4 c11 = *reinterpret_cast<const uint4*>(ws + wo11);
+    const uint32_t w0[8] = {c00.x, c00.y, c00.z, c00.w, c01.x, c01.y, c01.z, c01.w};
+    const uint32_t w1[8] = {c10.x, c10.y, c10.z, c10.w, c11.x, c11.y, c11.z, c11.w};
+    if (A & kNoDecode) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        a[j][0] = w0[2 * j] ^ sw0;
+        a[j][1] = w1[2 * j] ^ sw1;
+        a[j][2] = w0[2 * j + 1];
+        a[j][3] = w1[2 * j + 1];
+      }
+    } else {
+      using D = nvfp4::PairDecode<T>;
+      const __half2 h00 = nvfp4::e4m3x2_to_h2(uint16_t(sw0)), h01 = nvfp4::e4m3x2_to_h2(uint16_t(sw0 >> 16));
+      const __half2 h10 = nvfp4::e4m3x2_to_h2(uint16_t(sw1)), h11 = nvfp4::e4m3x2_to_h2(uint16_t(sw1 >> 16));
+      const typename D::T2 s0[4] = {D::scale(__low2half(h00)), D::scale(__high2half(h00)), D::scale(__low2half(h01)),
+                                    D::scale(__high2half(h01))};
+      const typename D::T2 s1[4] = {D::scale(__low2half(h10)), D::scale(__high2half(h10)), D::scale(__low2half(h11)),
+                                    D::scale(__high2half(h11))};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        a[j][0] = nvfp4::decode_byte<T>(__byte_perm(w0[2 * j], 0, sel), s0[j]);
+        a[j][1] = nvfp4::decode_byte<T>(__byte_perm(w1[2 * j], 0, sel), s1[j]);
+        a[j][2] = nvfp4::decode_byte<T>(__byte_perm(w0[2 * j + 1], 0, sel), s0[j]);
+        a[j][3] = nvfp4::decode_byte<T>(__byte_perm(w1[2 * j + 1], 0, sel), s1[j]);
+      }
+    }
+    if (A & kNoMma) {
+      uint32_t f = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) f ^= a[j][0] ^ a[j][1] ^ a[j][2] ^ a[j][3];
+      acc[0] += __uint_as_float(f & 0x3fffffffu);
+      if (A & kNoBar) {
+        __syncwarp();
+        if (kt >= 1 && lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ebar0 + 8 * ((kt - 1) % S)) : "memory");
+      }
+    } else {
+      const uint32_t xa = xs_addr + b * C::kXStage;
+      wgmma::fence();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wgmma::wgmma_rs<T, BM>(acc, a[j], wgmma::desc_sw128(xa + 32 * j));
+      wgmma::commit();
+      if (A & kWait0) wgmma::wait<0>();
+      else wgmma::wait<1>();
+      if (A & kNoBar) {  // stage kt - 1's wgmmas are done for this warp
+        __syncwarp();
+        if (kt >= 1 && lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ebar0 + 8 * ((kt - 1) % S)) : "memory");
+      }
+    }
+  };
+  uint32_t a_even[4][4], a_odd[4][4], sc[2][2];
+  scales(0, sc[0]);
+  scales(1, sc[1]);
+  int kt = 0;
+  for (; kt + 1 < nkt; kt += 2) {
+    stage(kt, a_even, sc[0]);
+    stage(kt + 1, a_odd, sc[1]);
+  }
+  if (kt < nkt) stage(kt, a_even, sc[0]);
+  wgmma::wait<0>();
+  wgmma::touch(acc);
+  __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y);
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t row = m0 + 8 * j + 2 * t + e, col = n0 + r0 + 8 * h;
+        if (row < p.m && col < p.n) y[row * p.n + col] = __float2bfloat16_rn(acc[4 * j + 2 * h + e]);
+      }
+#endif
+}
+
+struct Data {
+  int64_t n;
+  int copies;
+  lab::Nvfp4Copies wt;
+  float* global;
+  __nv_bfloat16* x;
+  void* y;
+};
+
+template <int BM, int S, int A>
+float run(const Data& d, int64_t m, int calls) {
+  using C = wg_prefill::Cfg<BM, S>;
+  auto kernel = floor_kernel<BM, S, A>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  const dim3 grid(unsigned((m + BM - 1) / BM), unsigned((d.n + 127) / 128));
+  const CUtensorMap tx =
+      lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+  std::vector<CUtensorMap> tw(d.copies);
+  for (int c = 0; c < d.copies; ++c)
+    tw[c] = lab::tensor_map_2d(d.wt.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
+                               CU_TENSOR_MAP_SWIZZLE_32B);
+  auto launch = [&](int c, cudaStream_t st) {
+    Nvfp4Params p;
+    p.x = d.x;
+    p.w = d.wt.w[c];
+    p.scale = d.wt.s[c];
+    p.global = d.global;
+    p.y = d.y;
+    p.m = m;
+    p.n = d.n;
+    p.k = kK;
+    p.x_stride = kK;
+    p.out = 0;
+    CK(launch_kernel(kernel, grid, dim3(256), size_t(C::kSmem), st, false, p, tx, tw[c]));
+  };
+  return lab::run_or_time(launch, d.copies, calls);
+}
+
+template <int BM, int S, int A>
+void row(const char* name, const Data& d, int64_t m) {
+  run<BM, S, A>(d, m, 0);  // a checked launch first
+  const float us = run<BM, S, A>(d, m, std::max(8, 2 * d.copies));
+  const int nkt = kK / 64;
+  const int64_t ctas = ((m + BM - 1) / BM) * ((d.n + 127) / 128);
+  std::printf("  BM %3d S %d rows %4lld  %-30s %8.2f us  (%lld CTAs; %.3f us a stage if one CTA time)\n", BM, S,
+              (long long)m, name, us, (long long)ctas, us / nkt);
+}
+
+template <int BM, int S>
+void sweep(const Data& d, int64_t m) {
+  row<BM, S, 0>("full", d, m);
+  row<BM, S, kNoDecode>("no decode", d, m);
+  row<BM, S, kNoMma>("no wgmma", d, m);
+  row<BM, S, kNoMma | kNoDecode>("no wgmma, no decode", d, m);
+  row<BM, S, kNoWLoad>("no weight loads", d, m);
+  row<BM, S, kNoXLoad>("no x loads", d, m);
+  row<BM, S, kNoWLoad | kNoXLoad>("no loads", d, m);
+  row<BM, S, kNoScale>("no scale loads", d, m);
+  row<BM, S, kNoWLoad | kNoXLoad | kNoScale>("no loads, no scales", d, m);
+  row<BM, S, kWait0>("wait 0 a stage", d, m);
+  row<BM, S, kNoBar>("no CTA barrier (empty bars)", d, m);
+  row<BM, S, kNoBar | kNoScale>("no CTA barrier, no scales", d, m);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const size_t l2 = size_t(prop.l2CacheSize);
+  for (int64_t n : {int64_t(1024), int64_t(34816)}) {
+    if (profile && n != 34816) continue;
+    Data d;
+    d.n = n;
+    const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
+    d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
+    d.wt.alloc(n, kK, d.copies);
+    CK(cudaMalloc(&d.global, 4));
+    const int64_t mmax = 256;
+    CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
+    fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
+    CK(cudaMalloc(&d.y, size_t(mmax) * n * 2));
+    CK(cudaDeviceSynchronize());
+    std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+    if (profile) {
+      run<64, 6, 0>(d, 64, 0);
+    } else {
+      sweep<64, 6>(d, 64);
+      sweep<128, 4>(d, 128);
+      if (n == 34816) {
+        row<64, 6, 0>("full, 32 rows", d, 32);
+        row<64, 6, kNoBar>("no CTA barrier, 32 rows", d, 32);
+      }
+    }
+    d.wt.release();
+    CK(cudaFree(d.global));
+    CK(cudaFree(d.x));
+    CK(cudaFree(d.y));
+  }
+  return 0;
+}
