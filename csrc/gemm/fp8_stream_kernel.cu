@@ -20,8 +20,10 @@ struct Fp8StreamOf {
   static constexpr bool kKs8Nt4 = false;
   template <int K, int KS>
   static constexpr bool kClusters = kFp8StreamClusters<K, KS>;
-  template <int KS, int MT>
-  static constexpr bool kWaveFit = false;  // (17..32 rows at k split 4: 226-230 registers, 2 an SM)
+  // (benchmarks/lab/stream_waves_lab.cu: at k split 4, 17..32 rows hold 226-230 registers, 2 blocks
+  // an SM, and 1..16 rows at 2 tiles a warp run best at their full 4)
+  template <int KS, int NT, int MT>
+  static constexpr bool kWaveFit = false;
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8BlockParams>;
 

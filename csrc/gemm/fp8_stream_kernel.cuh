@@ -30,8 +30,20 @@ namespace qwen38::gemm {
 template <int NT>
 constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
 
+// 1..16 rows at k split 4 and 2 tiles a warp (the table's choice for 16384x5120, 14336x5120 and
+// 6144x5120): on sm_90a held to 4 blocks an SM (128 registers, no spill; the compiler's choice,
+// 130, leaves 3). H200 (benchmarks/lab/stream_waves_lab.cu, bf16, us at 1 / 16 rows, 3 -> 4 an SM):
+// 16384x5120 36.3 / 44.6 -> 31.7 / 37.5, 14336x5120 34.7 / 42.0 -> 28.1 / 36.4, 6144x5120 14.5 /
+// 17.1 -> 14.3 / 16.5. The sm_121a build (GB10) keeps the compiler's choice. No bit changes.
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)
+#else
+#define QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) \
+  ((KSPLIT) == 4 && (NT) == 2 && (MT) == 1 ? 4 : QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+#endif
+
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
     fp8_stream_kernel(const Fp8BlockParams p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's

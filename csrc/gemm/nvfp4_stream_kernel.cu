@@ -14,7 +14,7 @@ struct Nvfp4StreamOf {
   static constexpr bool kKs8Nt4 = true;
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
-  template <int KS, int MT>
+  template <int KS, int NT, int MT>
   static constexpr bool kWaveFit = KS == 4 && MT == 2;  // (nvfp4_stream_kernel.cuh)
 };
 using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Params>;

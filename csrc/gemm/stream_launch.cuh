@@ -6,7 +6,7 @@
 // auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4, and 1 at K 5120
 // with k split 8, with a second m16 tile), `kKs8Nt4` (4 tiles per warp compiled at k split 8, at
 // either row range) and `template <int K, int KS> kClusters` (the kernel carries the cluster form:
-// stream_common.cuh), `template <int KS, int MT> kWaveFit` (the launch takes the blocks per SM by
+// stream_common.cuh), `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks per SM by
 // wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
 #pragma once
 
@@ -130,7 +130,7 @@ struct StreamLaunch {
     const size_t need = cluster_smem(cl, KS, NT * MT);
     int cap = 0;  // blocks an SM: QWEN38_SPREAD (launch.cuh), then wave_fit
     if (cudaError_t e = spread_cap(grid.x, &cap)) return e;
-    if constexpr (Of::template kWaveFit<KS, MT>) {
+    if constexpr (Of::template kWaveFit<KS, NT, MT>) {
       int fit = 0;
       if (cudaError_t e = wave_fit(fn, int(block.x), need, grid.x, &fit)) return e;
       if (fit > 0 && (cap == 0 || fit < cap)) cap = fit;

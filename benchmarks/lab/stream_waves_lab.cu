@@ -1,0 +1,241 @@
+// Lab (sm_90a): blocks per SM of the register-stream kernels (nvfp4_stream_kernel.cuh,
+// fp8_stream_kernel.cuh) at k split 4, the tables' choice for the K = 5120 weights of 6144 rows and
+// more. Equal blocks started together finish together, so a grid runs in waves of SMs x b blocks
+// (b: blocks an SM), and its last partial wave costs about a whole one: does capping b (extra,
+// unread dynamic shared memory, launch.cuh cap_smem) to fit the grid's waves beat the kernel's full
+// occupancy?
+//   default:  NVFP4 and FP8 at 1 / 8 / 16 rows (4 tiles a warp, MT 1) and 17 / 32 rows (MT 2), each
+//             at every b from 1 up to the kernel's occupancy, launched directly;
+//   --product NVFP4 at 17 / 24 / 32 rows through the product's launcher (wave_fit included);
+//   --fp8     the FP8 kernels only (also 2 tiles a warp at 17 / 32 rows).
+// The output hash of a shape and row count must not depend on b (no arithmetic changes). Build
+// knobs of the NVFP4 17..32-row kernel: QWEN38_NVFP4_WIDE4_BLOCKS / _DEPTH (nvfp4_stream_kernel.cuh).
+//
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
+//     benchmarks/lab/stream_waves_lab.cu csrc/gemm/nvfp4_stream_kernel.cu -o build/lab/stream_waves_lab
+//   build/lab/stream_waves_lab [--product]
+// Session 16 (H200): `stream_waves_lab_16_builds.txt` (17..32 rows, NVFP4, one build per register
+// budget, before wave_fit), `stream_waves_lab_16.txt`.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/launch.cuh"
+#include "gemm/fp8_stream_kernel.cuh"
+#include "gemm/nvfp4_linear_launch.h"
+#include "gemm/nvfp4_stream_kernel.cuh"
+#include "lab_common.cuh"
+
+using namespace qwen38;
+using namespace qwen38::gemm;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr int kK = 5120;
+
+__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = lab::mix(i, seed);
+    p[i] = uint16_t((h & 0x807f) | 0x3f00);
+  }
+}
+// e4m3 bytes, never NaN (exponent field below 15)
+__global__ void fill_fp8(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = uint8_t(lab::mix(i, seed) & 0xf7);
+}
+__global__ void fill_scale(float* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = 0.001f * float(1 + i % 7);
+}
+
+uint64_t hash_bytes(const std::vector<uint8_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : v) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+struct Buffers {
+  bf16* x = nullptr;
+  void* y = nullptr;
+  float* global = nullptr;
+  int64_t n = 0;
+  int copies = 0;
+  std::vector<uint8_t*> w, s;  // per copy: weights, scales (NVFP4 codes + e4m3 scales, or fp8 + fp32)
+};
+
+Buffers make(bool fp8, int64_t n, size_t l2) {
+  Buffers b;
+  b.n = n;
+  const size_t wbytes = fp8 ? size_t(n) * kK : size_t(n) * kK / 2;
+  const size_t sbytes = fp8 ? size_t((n + 127) / 128) * (kK / 128) * 4 : size_t(n) * kK / 16;
+  b.copies = int(std::max<size_t>(1, 3 * l2 / (wbytes + sbytes) + 1));
+  for (int c = 0; c < b.copies; ++c) {
+    uint8_t *w, *s;
+    CK(cudaMalloc(&w, wbytes));
+    CK(cudaMalloc(&s, sbytes));
+    if (fp8) {
+      fill_fp8<<<1024, 256>>>(w, wbytes, 17 + c);
+      fill_scale<<<64, 256>>>(reinterpret_cast<float*>(s), sbytes / 4);
+    } else {
+      lab::fill_nvfp4<<<2048, 256>>>(w, wbytes, 17 + c, 0);
+      lab::fill_nvfp4<<<2048, 256>>>(s, sbytes, 71 + c, 1);
+    }
+    b.w.push_back(w);
+    b.s.push_back(s);
+  }
+  CK(cudaMalloc(&b.global, 4));
+  const float gs = 0.01f;
+  CK(cudaMemcpy(b.global, &gs, 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&b.x, size_t(32) * kK * 2));
+  fill_x<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * kK, 5);
+  CK(cudaMalloc(&b.y, size_t(32) * n * 2));
+  CK(cudaDeviceSynchronize());
+  return b;
+}
+
+void release(Buffers& b) {
+  for (auto* p : b.w) CK(cudaFree(p));
+  for (auto* p : b.s) CK(cudaFree(p));
+  CK(cudaFree(b.x));
+  CK(cudaFree(b.y));
+  CK(cudaFree(b.global));
+}
+
+double bytes_of(bool fp8, int64_t n, int m) {
+  const double w = fp8 ? double(n) * kK + double((n + 127) / 128) * (kK / 128) * 4 : double(n) * kK / 2 + double(n) * kK / 16;
+  return w + double(m) * kK * 2 + double(m) * n * 2;
+}
+
+// one (op, NT, MT) kernel at k split 4 at every cap b = 1 .. occupancy, rows `ms`
+template <bool FP8, int NT, int MT>
+void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
+  constexpr int kKs = 4, kThreads = 32 * kKs;
+  const void* fn;
+  if constexpr (FP8) fn = reinterpret_cast<const void*>(fp8_stream_kernel<bf16, kK, kKs, NT, MT>);
+  else fn = reinterpret_cast<const void*>(nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>);
+  int occ = 0, sms = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, 0));
+  CK(device_sms(&sms));
+  cudaFuncAttributes fa{};
+  CK(cudaFuncGetAttributes(&fa, fn));
+  const int64_t grid = b.n / (8 * NT);
+  for (int m : ms) {
+    std::vector<uint8_t> first;
+    for (int cap = 1; cap <= occ; ++cap) {
+      size_t smem = 0;
+      CK(cap_smem(fn, kThreads, 0, cap, &smem));
+      int got = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, fn, kThreads, smem));
+      auto launch = [&](int c, cudaStream_t st) {
+        if constexpr (FP8) {
+          Fp8BlockParams p;
+          p.x = b.x;
+          p.w = b.w[c];
+          p.scale = reinterpret_cast<const float*>(b.s[c]);
+          p.y = b.y;
+          p.m = m;
+          p.n = b.n;
+          p.k = kK;
+          p.x_stride = kK;
+          CK(launch_kernel(fp8_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem, st,
+                           false, p));
+        } else {
+          Nvfp4Params p;
+          p.x = b.x;
+          p.w = b.w[c];
+          p.scale = b.s[c];
+          p.global = b.global;
+          p.y = b.y;
+          p.m = m;
+          p.n = b.n;
+          p.k = kK;
+          p.x_stride = kK;
+          CK(launch_kernel(nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem,
+                           st, false, p));
+        }
+      };
+      lab::run_or_time(launch, b.copies, 0);
+      std::vector<uint8_t> out(size_t(m) * b.n * 2);
+      CK(cudaMemcpy(out.data(), b.y, out.size(), cudaMemcpyDeviceToHost));
+      if (first.empty()) first = out;
+      const float us = lab::run_or_time(launch, b.copies, std::max(200, 2 * b.copies));
+      const double waves = double(grid) / (double(sms) * got);
+      std::printf("  %s %5lldx%d nt %d mt %d rows %2d  regs %3d  b %d (%d an SM)  grid %5lld = %5.2f waves  %7.2f us"
+                  "  %5.1f%%  %s\n",
+                  FP8 ? "fp8  " : "nvfp4", (long long)b.n, kK, NT, MT, m, fa.numRegs, cap, got, (long long)grid, waves,
+                  us, 100.0 * bytes_of(FP8, b.n, m) / (us * 1e3) / ceil,
+                  out == first ? "same bits" : "BITS DIFFER");
+    }
+  }
+}
+
+void product_wide(Buffers& b, double ceil) {
+  SkinnyVariant v;
+  v.ksplit = 4;
+  v.nt_narrow = 4;
+  v.nt_wide = 4;
+  for (int m : {17, 24, 32}) {
+    auto launch = [&](int c, cudaStream_t st) {
+      Nvfp4Params p;
+      p.x = b.x;
+      p.w = b.w[c];
+      p.scale = b.s[c];
+      p.global = b.global;
+      p.y = b.y;
+      p.m = m;
+      p.n = b.n;
+      p.k = kK;
+      p.x_stride = kK;
+      CK(launch_nvfp4_stream(Act::kBF16, p, v, false, st));
+    };
+    lab::run_or_time(launch, b.copies, 0);
+    std::vector<uint8_t> out(size_t(m) * b.n * 2);
+    CK(cudaMemcpy(out.data(), b.y, out.size(), cudaMemcpyDeviceToHost));
+    const float us = lab::run_or_time(launch, b.copies, std::max(200, 2 * b.copies));
+    std::printf("  %5lldx%d nt_wide 4 rows %2d  %7.2f us  %4.1f%%  hash %016llx\n", (long long)b.n, kK, m, us,
+                100.0 * bytes_of(false, b.n, m) / (us * 1e3) / ceil, (unsigned long long)hash_bytes(out));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool product = argc > 1 && std::strcmp(argv[1], "--product") == 0;
+  const bool fp8_only = argc > 1 && std::strcmp(argv[1], "--fp8") == 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const double ceil = lab::read_ceiling_GBps();
+  std::printf("device %s, %d SMs; wide k-split-4 build: blocks %d, depth %d; read ceiling %.0f GB/s\n", prop.name,
+              prop.multiProcessorCount, QWEN38_NVFP4_WIDE4_BLOCKS, QWEN38_NVFP4_WIDE4_DEPTH, ceil);
+  const size_t l2 = size_t(prop.l2CacheSize);
+  for (int64_t n : {int64_t(34816), int64_t(17408), int64_t(16384), int64_t(14336), int64_t(12288), int64_t(10240),
+                    int64_t(6144)}) {
+    if (product) {
+      Buffers b = make(false, n, l2);
+      product_wide(b, ceil);
+      release(b);
+      continue;
+    }
+    if (!fp8_only) {
+      Buffers b = make(false, n, l2);
+      sweep_caps<false, 4, 1>(b, {1, 16}, ceil);
+      sweep_caps<false, 4, 2>(b, {32}, ceil);
+      release(b);
+    }
+    {
+      Buffers b = make(true, n, l2);
+      sweep_caps<true, 4, 1>(b, {1, 16}, ceil);
+      sweep_caps<true, 2, 1>(b, {1, 16}, ceil);
+      sweep_caps<true, 4, 2>(b, {32}, ceil);
+      sweep_caps<true, 2, 2>(b, {17, 32}, ceil);
+      release(b);
+    }
+  }
+  return 0;
+}
