@@ -7,7 +7,9 @@
 //   default:  NVFP4 and FP8 at 1 / 8 / 16 rows (4 tiles a warp, MT 1) and 17 / 32 rows (MT 2), each
 //             at every b from 1 up to the kernel's occupancy, launched directly;
 //   --product NVFP4 at 17 / 24 / 32 rows through the product's launcher (wave_fit included);
-//   --fp8     the FP8 kernels only (also 2 tiles a warp at 17 / 32 rows).
+//   --fp8     the FP8 kernels only (also 2 tiles a warp at 17 / 32 rows);
+//   --wide8   NVFP4 at 17 / 32 rows and k split 8 (5120x17408, 5120x6144, 1024x5120) through the
+//             product's launcher at cluster sizes auto, 1, 2, 4; build knob QWEN38_NVFP4_WIDE8_THREADS.
 // The output hash of a shape and row count must not depend on b (no arithmetic changes). Build
 // knobs of the NVFP4 17..32-row kernel: QWEN38_NVFP4_WIDE4_BLOCKS / _DEPTH (nvfp4_stream_kernel.cuh).
 //
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "common/launch.cuh"
@@ -61,6 +64,7 @@ uint64_t hash_bytes(const std::vector<uint8_t>& v) {
 }
 
 struct Buffers {
+  int64_t k = kK;
   bf16* x = nullptr;
   void* y = nullptr;
   float* global = nullptr;
@@ -69,11 +73,12 @@ struct Buffers {
   std::vector<uint8_t*> w, s;  // per copy: weights, scales (NVFP4 codes + e4m3 scales, or fp8 + fp32)
 };
 
-Buffers make(bool fp8, int64_t n, size_t l2) {
+Buffers make(bool fp8, int64_t n, size_t l2, int64_t k = kK) {
   Buffers b;
   b.n = n;
-  const size_t wbytes = fp8 ? size_t(n) * kK : size_t(n) * kK / 2;
-  const size_t sbytes = fp8 ? size_t((n + 127) / 128) * (kK / 128) * 4 : size_t(n) * kK / 16;
+  b.k = k;
+  const size_t wbytes = fp8 ? size_t(n) * k : size_t(n) * k / 2;
+  const size_t sbytes = fp8 ? size_t((n + 127) / 128) * (k / 128) * 4 : size_t(n) * k / 16;
   b.copies = int(std::max<size_t>(1, 3 * l2 / (wbytes + sbytes) + 1));
   for (int c = 0; c < b.copies; ++c) {
     uint8_t *w, *s;
@@ -92,8 +97,8 @@ Buffers make(bool fp8, int64_t n, size_t l2) {
   CK(cudaMalloc(&b.global, 4));
   const float gs = 0.01f;
   CK(cudaMemcpy(b.global, &gs, 4, cudaMemcpyHostToDevice));
-  CK(cudaMalloc(&b.x, size_t(32) * kK * 2));
-  fill_x<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * kK, 5);
+  CK(cudaMalloc(&b.x, size_t(32) * k * 2));
+  fill_x<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * k, 5);
   CK(cudaMalloc(&b.y, size_t(32) * n * 2));
   CK(cudaDeviceSynchronize());
   return b;
@@ -107,9 +112,9 @@ void release(Buffers& b) {
   CK(cudaFree(b.global));
 }
 
-double bytes_of(bool fp8, int64_t n, int m) {
-  const double w = fp8 ? double(n) * kK + double((n + 127) / 128) * (kK / 128) * 4 : double(n) * kK / 2 + double(n) * kK / 16;
-  return w + double(m) * kK * 2 + double(m) * n * 2;
+double bytes_of(bool fp8, int64_t n, int m, int64_t k = kK) {
+  const double w = fp8 ? double(n) * k + double((n + 127) / 128) * (k / 128) * 4 : double(n) * k / 2 + double(n) * k / 16;
+  return w + double(m) * k * 2 + double(m) * n * 2;
 }
 
 // one (op, NT, MT) kernel at k split 4 at every cap b = 1 .. occupancy, rows `ms`
@@ -203,17 +208,62 @@ void product_wide(Buffers& b, double ceil) {
   }
 }
 
+// NVFP4 17..32 rows at k split 8 through the product's launcher, cluster sizes auto (0), 1, 2, 4
+void product_wide8(Buffers& b, int nt, double ceil) {
+  SkinnyVariant v;
+  v.ksplit = 8;
+  v.nt_narrow = nt;
+  v.nt_wide = nt;
+  for (int m : {17, 32}) {
+    std::vector<uint8_t> first;
+    for (int cl : {0, 1, 2, 4}) {
+      auto launch = [&](int c, cudaStream_t st) {
+        Nvfp4Params p;
+        p.x = b.x;
+        p.w = b.w[c];
+        p.scale = b.s[c];
+        p.global = b.global;
+        p.y = b.y;
+        p.m = m;
+        p.n = b.n;
+        p.k = b.k;
+        p.x_stride = b.k;
+        p.cluster = cl;
+        CK(launch_nvfp4_stream(Act::kBF16, p, v, false, st));
+      };
+      lab::run_or_time(launch, b.copies, 0);
+      std::vector<uint8_t> out(size_t(m) * b.n * 2);
+      CK(cudaMemcpy(out.data(), b.y, out.size(), cudaMemcpyDeviceToHost));
+      if (first.empty()) first = out;
+      const float us = lab::run_or_time(launch, b.copies, std::max(200, 2 * b.copies));
+      std::printf("  %5lldx%lld nt_wide %d rows %2d cluster %d%s  %7.2f us  %4.1f%%  %s\n", (long long)b.n,
+                  (long long)b.k, nt, m, cl, cl == 0 ? " (auto)" : "       ", us,
+                  100.0 * bytes_of(false, b.n, m, b.k) / (us * 1e3) / ceil, out == first ? "same bits" : "BITS DIFFER");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool product = argc > 1 && std::strcmp(argv[1], "--product") == 0;
   const bool fp8_only = argc > 1 && std::strcmp(argv[1], "--fp8") == 0;
+  const bool wide8 = argc > 1 && std::strcmp(argv[1], "--wide8") == 0;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const double ceil = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs; wide k-split-4 build: blocks %d, depth %d; read ceiling %.0f GB/s\n", prop.name,
               prop.multiProcessorCount, QWEN38_NVFP4_WIDE4_BLOCKS, QWEN38_NVFP4_WIDE4_DEPTH, ceil);
   const size_t l2 = size_t(prop.l2CacheSize);
+  if (wide8) {
+    std::printf("k-split-8 17..32-row kernels budgeted for %d threads\n", QWEN38_NVFP4_WIDE8_THREADS);
+    for (const auto& [n, k, nt] : {std::tuple<int64_t, int64_t, int>{5120, 17408, 4}, {5120, 6144, 4}, {1024, 5120, 2}}) {
+      Buffers b = make(false, n, l2, k);
+      product_wide8(b, nt, ceil);
+      release(b);
+    }
+    return 0;
+  }
   for (int64_t n : {int64_t(34816), int64_t(17408), int64_t(16384), int64_t(14336), int64_t(12288), int64_t(10240),
                     int64_t(6144)}) {
     if (product) {

@@ -60,12 +60,34 @@ constexpr int kStreamDepth = 2;  // steps of weights in registers ahead of their
 #ifndef QWEN38_NVFP4_WIDE4_DEPTH
 #define QWEN38_NVFP4_WIDE4_DEPTH 0  // 0: by the activation type, as above
 #endif
+// 17..32 rows at k split 8 and 4 tiles a warp (the table's choice for the 5120-row weights,
+// 5120x17408 and 5120x6144: 160 tiles): budgeted for 384 threads, i.e. held to 168 registers (the
+// compiler's choice, 196, leaves one 256-thread block an SM: 160 blocks, two waves), with the
+// weights 1 step ahead (at 2, bf16 spills 36 bytes under the cap). Launched as clusters of 2
+// 128-thread CTAs a tile (stream_launch.cuh cluster_of, auto), 3 CTAs an SM: one wave. H200
+// (benchmarks/lab/stream_waves_lab.cu --wide8, bf16, us at 17 / 32 rows): 5120x17408 52.9 / 58.8
+// -> 40.6 / 47.0, 5120x6144 23.8 / 26.1 -> 20.9 / 23.3. (At 2 tiles a warp, 1024x5120, the same
+// budget was 5% slower: not applied.) QWEN38_NVFP4_WIDE8_THREADS overrides it for the lab (256:
+// the compiler's choice); no bit changes.
+#ifndef QWEN38_NVFP4_WIDE8_THREADS
+#define QWEN38_NVFP4_WIDE8_THREADS 384
+#endif
 #ifdef QWEN38_HW_E2M1
 #define QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)
+#define QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT) (32 * (KSPLIT))
 #else
 #define QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) \
   ((KSPLIT) == 4 && (MT) == 2 ? QWEN38_NVFP4_WIDE4_BLOCKS : QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+#define QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT) \
+  ((KSPLIT) == 8 && (NT) == 4 && (MT) == 2 ? QWEN38_NVFP4_WIDE8_THREADS : 32 * (KSPLIT))
 #endif
+constexpr int stream_depth_wide8() {
+#ifdef QWEN38_HW_E2M1
+  return kStreamDepth;
+#else
+  return QWEN38_NVFP4_WIDE8_THREADS > 256 ? 1 : kStreamDepth;
+#endif
+}
 template <typename T>
 constexpr int stream_depth_wide4() {
 #ifdef QWEN38_HW_E2M1
@@ -80,7 +102,8 @@ constexpr int stream_depth_wide4() {
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same).
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+__global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
+                                  QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
     nvfp4_stream_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
@@ -89,6 +112,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_NVFP4_STREAM_MIN_BLOCKS(KS
   // weights in flight from the start, and the activations a whole step (4 words) ahead
   constexpr int kD = NT == 1                     ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1)
                      : KSPLIT == 4 && MT == 2 ? stream_depth_wide4<T>()
+                     : KSPLIT == 8 && NT == 4 && MT == 2 ? stream_depth_wide8()
                                               : kStreamDepth;
   constexpr bool kXStep = NT == 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");

@@ -44,7 +44,8 @@ struct StreamLaunch {
   //  - 160 tiles of 8 warps (the 5120-row weights at 4 tiles a warp) put two CTAs on 28 SMs and one
   //    on the others; at 1..16 rows auto takes clusters of 2 (320 CTAs of 4 warps, at most 3 an SM):
   //    5120x17408 at 1 / 16 rows 30.5 / 33.7 -> 26.8 / 31.8 us, 5120x6144 13.3 / 15.4 -> 12.4 /
-  //    14.4 (at 17..32 rows the wide kernel's occupancy leaves 1).
+  //    14.4; at 17..32 rows likewise since the 4-tile kernel is held to 168 registers
+  //    (nvfp4_stream_kernel.cuh): 5120x17408 at 17 / 32 rows 52.9 / 58.8 -> 40.6 / 47.0 us.
   // A grid of clusters that does not fit at once runs in two waves (1024x5120 at 4 tiles a warp:
   // 6.64 us in clusters of 2, 11.9 of 4; 5120x6144 at 4 tiles: 12.4 / 17.5 in clusters of 2 / 4).
   // The first call per (kernel, device, tiles, QWEN38_SPREAD) queries; later calls read a cache.
