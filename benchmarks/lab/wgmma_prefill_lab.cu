@@ -141,6 +141,37 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   // --profile: one launch of BM 256 / 4 stages at 512 rows of 34816x5120 (for ncu), nothing else
   const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  // --bm64: 64-row tiles only, at 33 and 64 rows of five weight shapes (build knob
+  // QWEN38_WGMMA_BM64_CTAS: 2 or 3 CTAs an SM)
+  const bool bm64 = argc > 1 && std::strcmp(argv[1], "--bm64") == 0;
+  if (bm64) {
+    cudaDeviceProp pr{};
+    CK(cudaGetDeviceProperties(&pr, 0));
+    std::printf("device %s; 64-row tiles compiled for %d CTAs an SM\n", pr.name, QWEN38_WGMMA_BM64_CTAS);
+    for (int64_t n : {int64_t(34816), int64_t(17408), int64_t(16384), int64_t(12288), int64_t(10240)}) {
+      Data d;
+      d.n = n;
+      const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
+      d.copies = int(std::max<size_t>(1, 2 * size_t(pr.l2CacheSize) / (wbytes + sbytes) + 1));
+      d.wt.alloc(n, kK, d.copies);
+      CK(cudaMalloc(&d.global, 4));
+      const float gs = 0.01f;
+      CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&d.x, size_t(64) * kK * 2));
+      fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(64) * kK, 5);
+      CK(cudaMalloc(&d.y, size_t(64) * n * 4));
+      CK(cudaMalloc(&d.yref, size_t(64) * n * 4));
+      CK(cudaDeviceSynchronize());
+      std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+      compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, {33, 64});
+      d.wt.release();
+      CK(cudaFree(d.global));
+      CK(cudaFree(d.x));
+      CK(cudaFree(d.y));
+      CK(cudaFree(d.yref));
+    }
+    return 0;
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
