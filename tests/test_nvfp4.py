@@ -320,15 +320,18 @@ def test_opcheck(device):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu", "head_lab.cu", "tiles_skinny_lab.cu",
-                                 "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu"])
+                                 "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu",
+                                 "wgmma_floor_lab.cu", "stream_waves_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the weight GEMMs (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8; head_lab.cu: the head's tiles kernel;
     tiles_skinny_lab.cu: NVFP4 and FP8 on the tile machinery; wgmma_bits_lab.cu: wgmma's bits
-    against mma.sync's; wgmma_skinny_lab.cu: the NVFP4 skinny GEMM on wgmma; wgmma_prefill_lab.cu: the
-    NVFP4 prefill kernel's wgmma form against its mma.sync kernel) still compile against the kernel headers, every variant they time included:
-    they cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled
-    the lab through compute_90 PTX, which has no wgmma.)"""
+    against mma.sync's; wgmma_skinny_lab.cu: the NVFP4 skinny GEMM on wgmma; wgmma_prefill_lab.cu:
+    the NVFP4 prefill kernel's wgmma form against its mma.sync kernel; wgmma_floor_lab.cu: that
+    kernel's main loop with parts switched off; stream_waves_lab.cu: the stream kernels at capped
+    blocks an SM) still compile against the kernel headers, every variant they time included: they
+    cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled the
+    lab through compute_90 PTX, which has no wgmma.)"""
     r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-gencode", "arch=compute_90a,code=sm_90a",
                         "--expt-relaxed-constexpr", "-diag-suppress",
                         "128,177", "-c", "-I", os.path.join(ROOT, "csrc"),

@@ -113,7 +113,8 @@ void release(Buffers& b) {
 }
 
 double bytes_of(bool fp8, int64_t n, int m, int64_t k = kK) {
-  const double w = fp8 ? double(n) * k + double((n + 127) / 128) * (k / 128) * 4 : double(n) * k / 2 + double(n) * k / 16;
+  const double w = fp8 ? double(n) * k + double((n + 127) / 128) * (k / 128) * 4
+                       : double(n) * k / 2 + double(n) * k / 16;
   return w + double(m) * k * 2 + double(m) * n * 2;
 }
 
@@ -257,7 +258,8 @@ int main(int argc, char** argv) {
   const size_t l2 = size_t(prop.l2CacheSize);
   if (wide8) {
     std::printf("k-split-8 17..32-row kernels budgeted for %d threads\n", QWEN38_NVFP4_WIDE8_THREADS);
-    for (const auto& [n, k, nt] : {std::tuple<int64_t, int64_t, int>{5120, 17408, 4}, {5120, 6144, 4}, {1024, 5120, 2}}) {
+    const std::tuple<int64_t, int64_t, int> shapes[] = {{5120, 17408, 4}, {5120, 6144, 4}, {1024, 5120, 2}};
+    for (const auto& [n, k, nt] : shapes) {
       Buffers b = make(false, n, l2, k);
       product_wide8(b, nt, ceil);
       release(b);

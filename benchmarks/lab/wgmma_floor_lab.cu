@@ -90,6 +90,9 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
       sc[1] = __ldg(sp1 + kt);
     }
   };
+  auto release = [&](int k) {  // (kNoBar) this warp is done with stage k's buffers
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ebar0 + 8 * (k % S)) : "memory");
+  };
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
       acc[0] += __uint_as_float(f & 0x3fffffffu);
       if (A & kNoBar) {
         __syncwarp();
-        if (kt >= 1 && lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ebar0 + 8 * ((kt - 1) % S)) : "memory");
+        if (kt >= 1 && lane == 0) release(kt - 1);
       }
     } else {
       const uint32_t xa = xs_addr + b * C::kXStage;
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
       else wgmma::wait<1>();
       if (A & kNoBar) {  // stage kt - 1's wgmmas are done for this warp
         __syncwarp();
-        if (kt >= 1 && lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ebar0 + 8 * ((kt - 1) % S)) : "memory");
+        if (kt >= 1 && lane == 0) release(kt - 1);
       }
     }
   };
@@ -207,7 +210,8 @@ float run(const Data& d, int64_t m, int calls) {
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const dim3 grid(unsigned((m + BM - 1) / BM), unsigned((d.n + 127) / 128));
   const CUtensorMap tx =
-      lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+      lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64,
+                         CU_TENSOR_MAP_SWIZZLE_128B);
   std::vector<CUtensorMap> tw(d.copies);
   for (int c = 0; c < d.copies; ++c)
     tw[c] = lab::tensor_map_2d(d.wt.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,

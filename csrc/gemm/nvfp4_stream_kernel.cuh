@@ -49,10 +49,10 @@ constexpr int kStreamDepth = 2;  // steps of weights in registers ahead of their
 // on sm_90a held to 3 blocks an SM (168 registers; the compiler's choice, 172, leaves 2), with the
 // weights 2 steps ahead in bf16 and 1 in fp16 (whose decode spills 16 bytes at 2 under the cap).
 // The launcher then takes 2 or 3 blocks an SM by the grid's waves (stream_launch.cuh kWaveFit).
-// H200 (benchmarks/lab/stream_mt2_lab.cu, bf16, us at 17 / 32 rows): 34816x5120 79.4 / 89.2 at 2
+// H200 (benchmarks/lab/stream_waves_lab.cu, bf16, us at 17 / 32 rows): 34816x5120 79.4 / 89.2 at 2
 // blocks, 65.9 / 75.9 at 3; 12288x5120 33.6 / 37.1 -> 23.7 / 27.0; 17408x5120 48.5 / 54.3 -> 43.8 /
 // 50.9; 16384x5120 34.8 / 38.2 at 2, 43.7 / 50.6 at 3 (512 blocks: two waves either way). The
-// hardware-decode build (sm_120+) keeps the compiler's choice. (QWEN38_NVFP4_WIDE4_BLOCKS and
+// hardware-decode build (sm_121a) keeps the compiler's choice. (QWEN38_NVFP4_WIDE4_BLOCKS and
 // QWEN38_NVFP4_WIDE4_DEPTH override both for the lab; no bit changes.)
 #ifndef QWEN38_NVFP4_WIDE4_BLOCKS
 #define QWEN38_NVFP4_WIDE4_BLOCKS 3
@@ -96,7 +96,6 @@ constexpr int stream_depth_wide4() {
   return QWEN38_NVFP4_WIDE4_DEPTH > 0 ? QWEN38_NVFP4_WIDE4_DEPTH : std::is_same_v<T, __half> ? 1 : 2;
 #endif
 }
-
 
 // T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B

@@ -68,15 +68,16 @@ struct Cfg {
   static constexpr int kSmem = (kPipe > kOut ? kPipe : kOut) + 1024;
 };
 
-// tx: x as a [M, K] map of T, boxes of BM rows x 64, 128-byte swizzle; tw: the packed weights as a
-// [N, K / 2] map of bytes, boxes of 128 rows x 32, 32-byte swizzle (nvfp4_wgmma_kernel.cu).
-// BM 64 and 128: two CTAs an SM (at most 128 registers: no spill on sm_90a); BM 256: one (254).
 // (lab) QWEN38_WGMMA_BM64_CTAS: the CTAs an SM the 64-row tiles are compiled for. 3 (80 registers)
 // makes ptxas serialize the wgmmas for want of registers: slower on every shape (H200, 33 / 64 rows:
 // 34816x5120 99 -> 100 us, 10240x5120 38 -> 48; benchmarks/results/h200/wgmma_prefill_lab_16_bm64.txt).
 #ifndef QWEN38_WGMMA_BM64_CTAS
 #define QWEN38_WGMMA_BM64_CTAS 2
 #endif
+
+// tx: x as a [M, K] map of T, boxes of BM rows x 64, 128-byte swizzle; tw: the packed weights as a
+// [N, K / 2] map of bytes, boxes of 128 rows x 32, 32-byte swizzle (nvfp4_wgmma_kernel.cu).
+// BM 64 and 128: two CTAs an SM (at most 128 registers: no spill on sm_90a); BM 256: one (254).
 template <typename T, int OUT, int BM, int S>
 __global__ void __launch_bounds__(kThreads, BM == 64 ? QWEN38_WGMMA_BM64_CTAS : BM <= 128 ? 2 : 1)
     nvfp4_wgmma_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap tx,

@@ -5,9 +5,9 @@
 // Of: a traits type with `template <typename T, int K, int KS, int NT, int MT> static constexpr
 // auto fn` (the kernel instantiation), `kWide` (17..32 rows compiled: NT 2 or 4, and 1 at K 5120
 // with k split 8, with a second m16 tile), `kKs8Nt4` (4 tiles per warp compiled at k split 8, at
-// either row range) and `template <int K, int KS> kClusters` (the kernel carries the cluster form:
-// stream_common.cuh), `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks per SM by
-// wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
+// either row range), `template <int K, int KS> kClusters` (the kernel carries the cluster form:
+// stream_common.cuh) and `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks
+// an SM by wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
 #pragma once
 
 #include <cuda_bf16.h>
