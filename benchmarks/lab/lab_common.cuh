@@ -99,6 +99,14 @@ float time_graph(int calls, F&& launch_i) {
   return t[t.size() / 2];
 }
 
+// 16-bit activations from a hash: bf16 +-[0.5, 2) (finite, nonzero; the same data in every run)
+__global__ void fill_act(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = mix(i, seed);
+    p[i] = uint16_t((h & 0x807f) | 0x3f00);
+  }
+}
+
 // Random NVFP4 test weights from a hash (the same data in every run): kind 0 any byte (two e2m1
 // codes), kind 1 e4m3 block scales 2^-4 .. 2^2.
 __global__ void fill_nvfp4(uint8_t* p, size_t n, uint32_t seed, int kind) {

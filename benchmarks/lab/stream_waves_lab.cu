@@ -41,12 +41,6 @@ namespace {
 
 constexpr int kK = 5120;
 
-__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = lab::mix(i, seed);
-    p[i] = uint16_t((h & 0x807f) | 0x3f00);
-  }
-}
 // e4m3 bytes, never NaN (exponent field below 15)
 __global__ void fill_fp8(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -98,7 +92,7 @@ Buffers make(bool fp8, int64_t n, size_t l2, int64_t k = kK) {
   const float gs = 0.01f;
   CK(cudaMemcpy(b.global, &gs, 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&b.x, size_t(32) * k * 2));
-  fill_x<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * k, 5);
+  lab::fill_act<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * k, 5);
   CK(cudaMalloc(&b.y, size_t(32) * n * 2));
   CK(cudaDeviceSynchronize());
   return b;
@@ -116,6 +110,33 @@ double bytes_of(bool fp8, int64_t n, int m, int64_t k = kK) {
   const double w = fp8 ? double(n) * k + double((n + 127) / 128) * (k / 128) * 4
                        : double(n) * k / 2 + double(n) * k / 16;
   return w + double(m) * k * 2 + double(m) * n * 2;
+}
+
+// the arguments of a call on weight copy c at m rows
+Nvfp4Params nvfp4_params(const Buffers& b, int c, int m) {
+  Nvfp4Params p;
+  p.x = b.x;
+  p.w = b.w[c];
+  p.scale = b.s[c];
+  p.global = b.global;
+  p.y = b.y;
+  p.m = m;
+  p.n = b.n;
+  p.k = b.k;
+  p.x_stride = b.k;
+  return p;
+}
+Fp8BlockParams fp8_params(const Buffers& b, int c, int m) {
+  Fp8BlockParams p;
+  p.x = b.x;
+  p.w = b.w[c];
+  p.scale = reinterpret_cast<const float*>(b.s[c]);
+  p.y = b.y;
+  p.m = m;
+  p.n = b.n;
+  p.k = b.k;
+  p.x_stride = b.k;
+  return p;
 }
 
 // one (op, NT, MT) kernel at k split 4 at every cap b = 1 .. occupancy, rows `ms`
@@ -139,32 +160,12 @@ void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
       int got = 0;
       CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, fn, kThreads, smem));
       auto launch = [&](int c, cudaStream_t st) {
-        if constexpr (FP8) {
-          Fp8BlockParams p;
-          p.x = b.x;
-          p.w = b.w[c];
-          p.scale = reinterpret_cast<const float*>(b.s[c]);
-          p.y = b.y;
-          p.m = m;
-          p.n = b.n;
-          p.k = kK;
-          p.x_stride = kK;
+        if constexpr (FP8)
           CK(launch_kernel(fp8_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem, st,
-                           false, p));
-        } else {
-          Nvfp4Params p;
-          p.x = b.x;
-          p.w = b.w[c];
-          p.scale = b.s[c];
-          p.global = b.global;
-          p.y = b.y;
-          p.m = m;
-          p.n = b.n;
-          p.k = kK;
-          p.x_stride = kK;
+                           false, fp8_params(b, c, m)));
+        else
           CK(launch_kernel(nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem,
-                           st, false, p));
-        }
+                           st, false, nvfp4_params(b, c, m)));
       };
       lab::run_or_time(launch, b.copies, 0);
       std::vector<uint8_t> out(size_t(m) * b.n * 2);
@@ -188,17 +189,7 @@ void product_wide(Buffers& b, double ceil) {
   v.nt_wide = 4;
   for (int m : {17, 24, 32}) {
     auto launch = [&](int c, cudaStream_t st) {
-      Nvfp4Params p;
-      p.x = b.x;
-      p.w = b.w[c];
-      p.scale = b.s[c];
-      p.global = b.global;
-      p.y = b.y;
-      p.m = m;
-      p.n = b.n;
-      p.k = kK;
-      p.x_stride = kK;
-      CK(launch_nvfp4_stream(Act::kBF16, p, v, false, st));
+      CK(launch_nvfp4_stream(Act::kBF16, nvfp4_params(b, c, m), v, false, st));
     };
     lab::run_or_time(launch, b.copies, 0);
     std::vector<uint8_t> out(size_t(m) * b.n * 2);
@@ -219,16 +210,7 @@ void product_wide8(Buffers& b, int nt, double ceil) {
     std::vector<uint8_t> first;
     for (int cl : {0, 1, 2, 4}) {
       auto launch = [&](int c, cudaStream_t st) {
-        Nvfp4Params p;
-        p.x = b.x;
-        p.w = b.w[c];
-        p.scale = b.s[c];
-        p.global = b.global;
-        p.y = b.y;
-        p.m = m;
-        p.n = b.n;
-        p.k = b.k;
-        p.x_stride = b.k;
+        Nvfp4Params p = nvfp4_params(b, c, m);
         p.cluster = cl;
         CK(launch_nvfp4_stream(Act::kBF16, p, v, false, st));
       };

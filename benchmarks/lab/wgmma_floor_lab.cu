@@ -36,12 +36,6 @@ namespace {
 constexpr int kK = 5120;
 enum : int { kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64 };
 
-__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = lab::mix(i, seed);
-    p[i] = uint16_t((h & 0x807f) | 0x3f00);
-  }
-}
 
 template <int BM, int S, int A>
 __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
@@ -277,7 +271,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&d.global, 4));
     const int64_t mmax = 256;
     CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
-    fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
+    lab::fill_act<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
     CK(cudaMalloc(&d.y, size_t(mmax) * n * 2));
     CK(cudaDeviceSynchronize());
     std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);

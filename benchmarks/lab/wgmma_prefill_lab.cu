@@ -26,13 +26,6 @@ namespace {
 
 constexpr int kK = 5120;
 
-// x: bf16 +-[0.5, 2) from a hash (finite, nonzero)
-__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = lab::mix(i, seed);
-    p[i] = uint16_t((h & 0x807f) | 0x3f00);
-  }
-}
 
 struct Data {
   int64_t n;
@@ -43,6 +36,33 @@ struct Data {
   void* y;
   void* yref;
 };
+
+// the weight copies (2x L2 in all), x of mmax rows and two outputs of mmax x n fp32
+Data make_data(int64_t n, int64_t mmax, size_t l2) {
+  Data d;
+  d.n = n;
+  const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
+  d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
+  d.wt.alloc(n, kK, d.copies);
+  CK(cudaMalloc(&d.global, 4));
+  const float gs = 0.01f;
+  CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
+  lab::fill_act<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
+  CK(cudaMalloc(&d.y, size_t(mmax) * n * 4));
+  CK(cudaMalloc(&d.yref, size_t(mmax) * n * 4));
+  CK(cudaDeviceSynchronize());
+  std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+  return d;
+}
+
+void free_data(Data& d) {
+  d.wt.release();
+  CK(cudaFree(d.global));
+  CK(cudaFree(d.x));
+  CK(cudaFree(d.y));
+  CK(cudaFree(d.yref));
+}
 
 Nvfp4Params params(const Data& d, int c, int64_t m, void* y, int out) {
   Nvfp4Params p;
@@ -149,26 +169,9 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&pr, 0));
     std::printf("device %s; 64-row tiles compiled for %d CTAs an SM\n", pr.name, QWEN38_WGMMA_BM64_CTAS);
     for (int64_t n : {int64_t(34816), int64_t(17408), int64_t(16384), int64_t(12288), int64_t(10240)}) {
-      Data d;
-      d.n = n;
-      const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
-      d.copies = int(std::max<size_t>(1, 2 * size_t(pr.l2CacheSize) / (wbytes + sbytes) + 1));
-      d.wt.alloc(n, kK, d.copies);
-      CK(cudaMalloc(&d.global, 4));
-      const float gs = 0.01f;
-      CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
-      CK(cudaMalloc(&d.x, size_t(64) * kK * 2));
-      fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(64) * kK, 5);
-      CK(cudaMalloc(&d.y, size_t(64) * n * 4));
-      CK(cudaMalloc(&d.yref, size_t(64) * n * 4));
-      CK(cudaDeviceSynchronize());
-      std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+      Data d = make_data(n, 64, size_t(pr.l2CacheSize));
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, {33, 64});
-      d.wt.release();
-      CK(cudaFree(d.global));
-      CK(cudaFree(d.x));
-      CK(cudaFree(d.y));
-      CK(cudaFree(d.yref));
+      free_data(d);
     }
     return 0;
   }
@@ -178,21 +181,7 @@ int main(int argc, char** argv) {
   const size_t l2 = size_t(prop.l2CacheSize);
   for (int64_t n : {int64_t(1000), int64_t(34816)}) {
     if (profile && n != 34816) continue;
-    Data d;
-    d.n = n;
-    const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
-    d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
-    d.wt.alloc(n, kK, d.copies);
-    CK(cudaMalloc(&d.global, 4));
-    const float gs = 0.01f;
-    CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
-    const int64_t mmax = 1024;
-    CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
-    fill_x<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
-    CK(cudaMalloc(&d.y, size_t(mmax) * n * 4));
-    CK(cudaMalloc(&d.yref, size_t(mmax) * n * 4));
-    CK(cudaDeviceSynchronize());
-    std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+    Data d = make_data(n, 1024, l2);
     if (profile) {
       run_wg<0, 256, 4>(d, 512, d.y, 0);
     } else if (n == 1000) {
@@ -209,11 +198,7 @@ int main(int argc, char** argv) {
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, rows);
       compare<0, 64, 8>("bf16 out, BM 64, 8 stages", d, rows);
     }
-    d.wt.release();
-    CK(cudaFree(d.global));
-    CK(cudaFree(d.x));
-    CK(cudaFree(d.y));
-    CK(cudaFree(d.yref));
+    free_data(d);
   }
   return 0;
 }
