@@ -9,7 +9,8 @@
 //   --product NVFP4 at 17 / 24 / 32 rows through the product's launcher (wave_fit included);
 //   --fp8     the FP8 kernels only (also 2 tiles a warp at 17 / 32 rows);
 //   --wide8   NVFP4 at 17 / 32 rows and k split 8 (5120x17408, 5120x6144, 1024x5120) through the
-//             product's launcher at cluster sizes auto, 1, 2, 4; build knob QWEN38_NVFP4_WIDE8_THREADS.
+//             product's launcher at cluster sizes auto, 1, 2, 4; build knob QWEN38_NVFP4_WIDE8_THREADS;
+//   --narrow8 the same at 1 / 16 rows.
 // The output hash of a shape and row count must not depend on b (no arithmetic changes). Build
 // knobs of the NVFP4 17..32-row kernel: QWEN38_NVFP4_WIDE4_BLOCKS / _DEPTH (nvfp4_stream_kernel.cuh).
 //
@@ -201,12 +202,12 @@ void product_wide(Buffers& b, double ceil) {
 }
 
 // NVFP4 17..32 rows at k split 8 through the product's launcher, cluster sizes auto (0), 1, 2, 4
-void product_wide8(Buffers& b, int nt, double ceil) {
+void product_wide8(Buffers& b, int nt, double ceil, const std::vector<int>& rows) {
   SkinnyVariant v;
   v.ksplit = 8;
   v.nt_narrow = nt;
   v.nt_wide = nt;
-  for (int m : {17, 32}) {
+  for (int m : rows) {
     std::vector<uint8_t> first;
     for (int cl : {0, 1, 2, 4}) {
       auto launch = [&](int c, cudaStream_t st) {
@@ -219,7 +220,7 @@ void product_wide8(Buffers& b, int nt, double ceil) {
       CK(cudaMemcpy(out.data(), b.y, out.size(), cudaMemcpyDeviceToHost));
       if (first.empty()) first = out;
       const float us = lab::run_or_time(launch, b.copies, std::max(200, 2 * b.copies));
-      std::printf("  %5lldx%lld nt_wide %d rows %2d cluster %d%s  %7.2f us  %4.1f%%  %s\n", (long long)b.n,
+      std::printf("  %5lldx%lld nt %d rows %2d cluster %d%s  %7.2f us  %4.1f%%  %s\n", (long long)b.n,
                   (long long)b.k, nt, m, cl, cl == 0 ? " (auto)" : "       ", us,
                   100.0 * bytes_of(false, b.n, m, b.k) / (us * 1e3) / ceil, out == first ? "same bits" : "BITS DIFFER");
     }
@@ -232,18 +233,19 @@ int main(int argc, char** argv) {
   const bool product = argc > 1 && std::strcmp(argv[1], "--product") == 0;
   const bool fp8_only = argc > 1 && std::strcmp(argv[1], "--fp8") == 0;
   const bool wide8 = argc > 1 && std::strcmp(argv[1], "--wide8") == 0;
+  const bool narrow8 = argc > 1 && std::strcmp(argv[1], "--narrow8") == 0;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const double ceil = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs; wide k-split-4 build: blocks %d, depth %d; read ceiling %.0f GB/s\n", prop.name,
               prop.multiProcessorCount, QWEN38_NVFP4_WIDE4_BLOCKS, QWEN38_NVFP4_WIDE4_DEPTH, ceil);
   const size_t l2 = size_t(prop.l2CacheSize);
-  if (wide8) {
+  if (wide8 || narrow8) {
     std::printf("k-split-8 17..32-row kernels budgeted for %d threads\n", QWEN38_NVFP4_WIDE8_THREADS);
     const std::tuple<int64_t, int64_t, int> shapes[] = {{5120, 17408, 4}, {5120, 6144, 4}, {1024, 5120, 2}};
     for (const auto& [n, k, nt] : shapes) {
       Buffers b = make(false, n, l2, k);
-      product_wide8(b, nt, ceil);
+      product_wide8(b, nt, ceil, wide8 ? std::vector<int>{17, 32} : std::vector<int>{1, 16});
       release(b);
     }
     return 0;
