@@ -11,6 +11,8 @@
 //   kNoBar     no CTA barrier a stage: each warp frees a stage's buffers through an "empty"
 //              mbarrier of 8 arrivals (one a warp, after its wait for that stage's wgmmas) that
 //              thread 0 waits on before refilling it (a producer without a producer warp)
+//   kProducer  the same empty mbarriers, waited on by a ninth warp that issues every copy (up to S
+//              stages ahead) and does nothing else: the two warpgroups never wait for each other
 //
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
 //       benchmarks/lab/wgmma_floor_lab.cu -o build/lab/wgmma_floor_lab
@@ -34,11 +36,14 @@ using namespace qwen38::gemm;
 namespace {
 
 constexpr int kK = 5120;
-enum : int { kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64 };
+enum : int {
+  kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64, kProducer = 128
+};
+constexpr int threads_of(int a) { return (a & kProducer) ? 288 : 256; }
 
 
 template <int BM, int S, int A>
-__global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
     floor_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw) {
 #ifdef QWEN38_WGMMA
   using T = __nv_bfloat16;
@@ -69,9 +74,19 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
     if (xl) tma::copy_2d(xs_addr + b * C::kXStage, &tx, kt * kBK, int(m0), bar0 + 8 * b);
     if (wl) tma::copy_2d(ws_addr + b * kWStage, &tw, kt * (kBK / 2), int(n0), bar0 + 8 * b);
   };
-  if (tid == 0)
+  if constexpr ((A & kProducer) != 0) {
+    if (tid >= 256) {  // the producer warp: stage kt into buffer kt % S once stage kt - S released it
+      if (lane == 0)
+        for (int kt = 0; kt < nkt; ++kt) {
+          if (kt >= S) tma::mbar_wait(ebar0 + 8 * (kt % S), uint32_t(kt / S - 1) & 1u);
+          load(kt);
+        }
+      return;
+    }
+  } else if (tid == 0) {
     for (int s = 0; s < S - 2; ++s)
       if (s < nkt) load(s);
+  }
   const int64_t kRowS = p.k / 16;
   const uint32_t* sp0 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0) * kRowS);
   const uint32_t* sp1 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0 + 8) * kRowS);
@@ -94,7 +109,9 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
   const int wo00 = prefill_nvfp4::w_off(r0, 0), wo01 = prefill_nvfp4::w_off(r0, 1);
   const int wo10 = prefill_nvfp4::w_off(r0 + 8, 0), wo11 = prefill_nvfp4::w_off(r0 + 8, 1);
   auto stage = [&](int kt, uint32_t (&a)[4][4], uint32_t (&sc)[2]) {
-    if (A & kNoBar) {
+    if (A & kProducer) {
+      // nothing to issue: the producer warp does
+    } else if (A & kNoBar) {
       // the buffer of stage kt - 2 is refilled with stage kt + S - 2 once every warp has
       // finished stage kt - 2's wgmmas (each arrives on its empty barrier after its wait<1> of
       // stage kt - 1, below); thread 0 waits for that before issuing
@@ -146,7 +163,7 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j) f ^= a[j][0] ^ a[j][1] ^ a[j][2] ^ a[j][3];
       acc[0] += __uint_as_float(f & 0x3fffffffu);
-      if (A & kNoBar) {
+      if (A & (kNoBar | kProducer)) {
         __syncwarp();
         if (kt >= 1 && lane == 0) release(kt - 1);
       }
@@ -158,7 +175,7 @@ __global__ void __launch_bounds__(256, BM <= 128 ? 2 : 1)
       wgmma::commit();
       if (A & kWait0) wgmma::wait<0>();
       else wgmma::wait<1>();
-      if (A & kNoBar) {  // stage kt - 1's wgmmas are done for this warp
+      if (A & (kNoBar | kProducer)) {  // stage kt - 1's wgmmas are done for this warp
         __syncwarp();
         if (kt >= 1 && lane == 0) release(kt - 1);
       }
@@ -222,7 +239,7 @@ float run(const Data& d, int64_t m, int calls) {
     p.k = kK;
     p.x_stride = kK;
     p.out = 0;
-    CK(launch_kernel(kernel, grid, dim3(256), size_t(C::kSmem), st, false, p, tx, tw[c]));
+    CK(launch_kernel(kernel, grid, dim3(threads_of(A)), size_t(C::kSmem), st, false, p, tx, tw[c]));
   };
   return lab::run_or_time(launch, d.copies, calls);
 }
@@ -251,6 +268,9 @@ void sweep(const Data& d, int64_t m) {
   row<BM, S, kWait0>("wait 0 a stage", d, m);
   row<BM, S, kNoBar>("no CTA barrier (empty bars)", d, m);
   row<BM, S, kNoBar | kNoScale>("no CTA barrier, no scales", d, m);
+  row<BM, S, kProducer>("producer warp", d, m);
+  row<BM, S, kProducer | kNoScale>("producer warp, no scales", d, m);
+  row<BM, S + 2, kProducer>("producer warp, 2 more stages", d, m);
 }
 
 }  // namespace
