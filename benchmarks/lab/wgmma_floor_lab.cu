@@ -13,11 +13,16 @@
 //              thread 0 waits on before refilling it (a producer without a producer warp)
 //   kProducer  the same empty mbarriers, waited on by a ninth warp that issues every copy (up to S
 //              stages ahead) and does nothing else: the two warpgroups never wait for each other
+//   kScaleTma  the block scales as a third copy of each stage (a [N, K/16] byte map, boxes of 128
+//              rows x 16 bytes at byte 16 (kt / 4): TMA's smallest inner box, 16-byte aligned; the
+//              stage's 4 bytes a row read back with one 32-bit shared load) instead of global loads
+//              2 stages ahead
 //
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
 //       benchmarks/lab/wgmma_floor_lab.cu -o build/lab/wgmma_floor_lab
 //   build/lab/wgmma_floor_lab            (timings)
 //   build/lab/wgmma_floor_lab --profile  (one launch of the full form, BM 64, 64 rows, for ncu)
+//   build/lab/wgmma_floor_lab --tma      (the scale-TMA forms beside the full one only)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -37,14 +42,19 @@ namespace {
 
 constexpr int kK = 5120;
 enum : int {
-  kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64, kProducer = 128
+  kNoDecode = 1, kNoMma = 2, kNoWLoad = 4, kNoXLoad = 8, kNoScale = 16, kWait0 = 32, kNoBar = 64, kProducer = 128,
+  kScaleTma = 256
 };
+constexpr int kSStage = 128 * 16;  // (kScaleTma) a stage's scale box
+template <int BM, int S>
+constexpr int smem_of() { return wg_prefill::Cfg<BM, S>::kSmem + S * kSStage; }
 constexpr int threads_of(int a) { return (a & kProducer) ? 288 : 256; }
 
 
 template <int BM, int S, int A>
 __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
-    floor_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw) {
+    floor_kernel(const Nvfp4Params p, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                 const __grid_constant__ CUtensorMap ts) {
 #ifdef QWEN38_WGMMA
   using T = __nv_bfloat16;
   using C = wg_prefill::Cfg<BM, S>;
@@ -55,6 +65,8 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
   const uint32_t xs_addr = smem_addr(smem);
   const unsigned char* ws0 = smem + S * C::kXStage;
   const uint32_t ws_addr = xs_addr + S * C::kXStage;
+  const unsigned char* ss0 = ws0 + S * kWStage;  // (kScaleTma) S scale boxes
+  const uint32_t ss_addr = ws_addr + S * kWStage;
   __shared__ __align__(8) uint64_t bars[2 * S];  // full[S], then (kNoBar) empty[S]
   const uint32_t bar0 = smem_addr(bars), ebar0 = bar0 + 8 * S;
   const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * wg_prefill::kBN;
@@ -70,9 +82,11 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
   auto load = [&](int kt) {
     const int b = kt % S;
     const bool wl = !(A & kNoWLoad) || kt < S, xl = !(A & kNoXLoad) || kt < S;
-    tma::mbar_expect(bar0 + 8 * b, uint32_t((xl ? C::kXStage : 0) + (wl ? kWStage : 0)));
+    constexpr bool kSt = (A & kScaleTma) != 0;
+    tma::mbar_expect(bar0 + 8 * b, uint32_t((xl ? C::kXStage : 0) + (wl ? kWStage : 0) + (kSt ? kSStage : 0)));
     if (xl) tma::copy_2d(xs_addr + b * C::kXStage, &tx, kt * kBK, int(m0), bar0 + 8 * b);
     if (wl) tma::copy_2d(ws_addr + b * kWStage, &tw, kt * (kBK / 2), int(n0), bar0 + 8 * b);
+    if (kSt) tma::copy_2d(ss_addr + b * kSStage, &ts, (kt / 4) * 16, int(n0), bar0 + 8 * b);
   };
   if constexpr ((A & kProducer) != 0) {
     if (tid >= 256) {  // the producer warp: stage kt into buffer kt % S once stage kt - S released it
@@ -91,7 +105,7 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
   const uint32_t* sp0 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0) * kRowS);
   const uint32_t* sp1 = reinterpret_cast<const uint32_t*>(p.scale + (n0 + r0 + 8) * kRowS);
   auto scales = [&](int kt, uint32_t (&sc)[2]) {
-    if (A & kNoScale) {
+    if (A & (kNoScale | kScaleTma)) {
       sc[0] = 0x38383838u;
       sc[1] = 0x38383838u;
     } else {
@@ -123,10 +137,14 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
       __syncthreads();
       if (tid == 0 && kt + S - 2 < nkt) load(kt + S - 2);
     }
-    const uint32_t sw0 = sc[0], sw1 = sc[1];
+    uint32_t sw0 = sc[0], sw1 = sc[1];
     if (kt + 2 < nkt) scales(kt + 2, sc);
     const int b = kt % S;
     tma::mbar_wait(bar0 + 8 * b, uint32_t(kt / S) & 1u);
+    if (A & kScaleTma) {
+      sw0 = *reinterpret_cast<const uint32_t*>(ss0 + b * kSStage + 16 * r0 + 4 * (kt % 4));
+      sw1 = *reinterpret_cast<const uint32_t*>(ss0 + b * kSStage + 16 * (r0 + 8) + 4 * (kt % 4));
+    }
     const unsigned char* ws = ws0 + b * kWStage;
     const uint4 c00 = *reinterpret_cast<const uint4*>(ws + wo00);
     const uint4 c01 = *reinterpret_cast<const uint4*>(ws + wo01);
@@ -216,17 +234,19 @@ struct Data {
 
 template <int BM, int S, int A>
 float run(const Data& d, int64_t m, int calls) {
-  using C = wg_prefill::Cfg<BM, S>;
   auto kernel = floor_kernel<BM, S, A>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_of<BM, S>()));
   const dim3 grid(unsigned((m + BM - 1) / BM), unsigned((d.n + 127) / 128));
   const CUtensorMap tx =
       lab::tensor_map_2d(d.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, uint64_t(m), kK, kK * 2, BM, 64,
                          CU_TENSOR_MAP_SWIZZLE_128B);
-  std::vector<CUtensorMap> tw(d.copies);
-  for (int c = 0; c < d.copies; ++c)
+  std::vector<CUtensorMap> tw(d.copies), ts(d.copies);
+  for (int c = 0; c < d.copies; ++c) {
     tw[c] = lab::tensor_map_2d(d.wt.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
                                CU_TENSOR_MAP_SWIZZLE_32B);
+    ts[c] = lab::tensor_map_2d(d.wt.s[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 16, kK / 16, 128, 16,
+                               CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
   auto launch = [&](int c, cudaStream_t st) {
     Nvfp4Params p;
     p.x = d.x;
@@ -239,7 +259,7 @@ float run(const Data& d, int64_t m, int calls) {
     p.k = kK;
     p.x_stride = kK;
     p.out = 0;
-    CK(launch_kernel(kernel, grid, dim3(threads_of(A)), size_t(C::kSmem), st, false, p, tx, tw[c]));
+    CK(launch_kernel(kernel, grid, dim3(threads_of(A)), size_t(smem_of<BM, S>()), st, false, p, tx, tw[c], ts[c]));
   };
   return lab::run_or_time(launch, d.copies, calls);
 }
@@ -252,6 +272,15 @@ void row(const char* name, const Data& d, int64_t m) {
   const int64_t ctas = ((m + BM - 1) / BM) * ((d.n + 127) / 128);
   std::printf("  BM %3d S %d rows %4lld  %-30s %8.2f us  (%lld CTAs; %.3f us a stage if one CTA time)\n", BM, S,
               (long long)m, name, us, (long long)ctas, us / nkt);
+}
+
+template <int BM, int S>
+void sweep_tma(const Data& d, int64_t m) {
+  row<BM, S, 0>("full", d, m);
+  row<BM, S, kNoScale>("no scale loads", d, m);
+  row<BM, S, kScaleTma>("scales by TMA", d, m);
+  row<BM, S, kProducer | kScaleTma>("producer warp, scales by TMA", d, m);
+  row<BM, S, kNoBar | kScaleTma>("no CTA barrier, scales by TMA", d, m);
 }
 
 template <int BM, int S>
@@ -271,12 +300,15 @@ void sweep(const Data& d, int64_t m) {
   row<BM, S, kProducer>("producer warp", d, m);
   row<BM, S, kProducer | kNoScale>("producer warp, no scales", d, m);
   row<BM, S + 2, kProducer>("producer warp, 2 more stages", d, m);
+  row<BM, S, kScaleTma>("scales by TMA", d, m);
+  row<BM, S, kProducer | kScaleTma>("producer warp, scales by TMA", d, m);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  const bool tma_only = argc > 1 && std::strcmp(argv[1], "--tma") == 0;  // the scale-TMA forms only
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -297,6 +329,9 @@ int main(int argc, char** argv) {
     std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
     if (profile) {
       run<64, 6, 0>(d, 64, 0);
+    } else if (tma_only) {
+      sweep_tma<64, 6>(d, 64);
+      sweep_tma<128, 4>(d, 128);
     } else {
       sweep<64, 6>(d, 64);
       sweep<128, 4>(d, 128);
