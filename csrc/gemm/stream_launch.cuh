@@ -88,9 +88,31 @@ struct StreamLaunch {
   }
   static constexpr int kAutoClusterMax = 4;
 
+  // wave_fit's rule: of b = 2 .. occ blocks an SM, the one minimizing ceil(blocks / (sms b)) b (ties:
+  // the larger b); 0 when occ <= 2.
+  static constexpr int wave_fit_blocks(int64_t blocks, int sms, int occ) {
+    if (occ <= 2) return 0;
+    int best = 0;
+    int64_t best_load = -1;
+    for (int b = 2; b <= occ; ++b) {
+      const int64_t per_wave = int64_t(sms) * b, load = (blocks + per_wave - 1) / per_wave * b;
+      if (best_load < 0 || load <= best_load) best = b, best_load = load;
+    }
+    return best;
+  }
+  // the H200 cases measured (benchmarks/results/h200/stream_waves_lab_16*.txt: 132 SMs, the NVFP4
+  // 17..32-row k-split-4 kernel at up to 3 an SM; grids of 34816, 17408, 16384, 14336, 12288, 10240
+  // and 6144 rows at 4 tiles a warp)
+  static_assert(wave_fit_blocks(1088, 132, 3) == 3 && wave_fit_blocks(544, 132, 3) == 3 &&
+                    wave_fit_blocks(512, 132, 3) == 2 && wave_fit_blocks(448, 132, 3) == 2 &&
+                    wave_fit_blocks(384, 132, 3) == 3 && wave_fit_blocks(320, 132, 3) == 3 &&
+                    wave_fit_blocks(192, 132, 3) == 2 && wave_fit_blocks(1088, 132, 2) == 0,
+                "wave_fit's rule no longer picks the measured choices");
+
   // kWaveFit kernels on compute capability 9 (where measured): the blocks per SM, b, that puts the
   // fewest blocks on an SM over the grid's waves, ceil(G / (SMs b)) b, among 2 .. the kernel's
-  // occupancy (ties: the larger b); 0 (no cap) elsewhere or when the occupancy is 2 or less. With
+  // occupancy (ties: the larger b; wave_fit_blocks above); 0 (no cap) elsewhere or when the
+  // occupancy is 2 or less. With
   // the NVFP4 17..32-row kernels at up to 3 an SM (nvfp4_stream_kernel.cuh) on 132 SMs: 1088 blocks
   // (34816x5120) take 3 (3 waves of 3 against 5 of 2), 544 (17408x5120) 3 (a tie), 512
   // (16384x5120) 2 (two waves either way), 384 (12288x5120) 3 (one wave). A launch detail that
@@ -110,12 +132,7 @@ struct StreamLaunch {
       if (major != 9) return cudaSuccess;
       if (cudaError_t e = device_sms(&sms)) return e;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, threads, smem)) return e;
-      if (occ <= 2) return cudaSuccess;
-      int64_t best_load = -1;
-      for (int b = 2; b <= occ; ++b) {
-        const int64_t per_wave = int64_t(sms) * b, load = (blocks + per_wave - 1) / per_wave * b;
-        if (best_load < 0 || load <= best_load) *best = b, best_load = load;
-      }
+      *best = wave_fit_blocks(blocks, sms, occ);
       return cudaSuccess;
     });
   }
