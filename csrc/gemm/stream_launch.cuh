@@ -112,12 +112,11 @@ struct StreamLaunch {
   // kWaveFit kernels on compute capability 9 (where measured): the blocks per SM, b, that puts the
   // fewest blocks on an SM over the grid's waves, ceil(G / (SMs b)) b, among 2 .. the kernel's
   // occupancy (ties: the larger b; wave_fit_blocks above); 0 (no cap) elsewhere or when the
-  // occupancy is 2 or less. With
-  // the NVFP4 17..32-row kernels at up to 3 an SM (nvfp4_stream_kernel.cuh) on 132 SMs: 1088 blocks
-  // (34816x5120) take 3 (3 waves of 3 against 5 of 2), 544 (17408x5120) 3 (a tie), 512
-  // (16384x5120) 2 (two waves either way), 384 (12288x5120) 3 (one wave). A launch detail that
-  // changes no bit. The first call per (kernel, device, threads, smem, blocks) queries; later calls
-  // read a cache.
+  // occupancy is 2 or less. With the NVFP4 17..32-row kernels at up to 3 an SM
+  // (nvfp4_stream_kernel.cuh) on 132 SMs: 1088 blocks (34816x5120) take 3 (3 waves of 3 against 5
+  // of 2), 544 (17408x5120) 3 (a tie), 512 (16384x5120) 2 (two waves either way), 384 (12288x5120)
+  // 3 (one wave). A launch detail that changes no bit. The first call per (kernel, device, threads,
+  // smem, blocks) queries; later calls read a cache.
   template <typename... KArgs>
   static cudaError_t wave_fit(void (*fn)(KArgs...), int threads, size_t smem, int64_t blocks, int* out) {
     static std::mutex mu;
