@@ -16,6 +16,7 @@
 
 #include "common/tensor_map.h"
 #include "common/tma.cuh"
+#include "gemm/nvfp4_linear_launch.h"
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -138,6 +139,56 @@ struct Nvfp4Copies {
     }
     w.clear();
     s.clear();
+  }
+};
+
+// The data of the NVFP4 GEMM labs at K = k: weight copies (2x L2 in all), the global scale 0.01,
+// x of mmax rows (fill_act) and two outputs of mmax x n fp32 (y, yref); release() frees them.
+struct Nvfp4Data {
+  int64_t n = 0, k = 0;
+  int copies = 0;
+  Nvfp4Copies wt;
+  float* global = nullptr;
+  void* x = nullptr;
+  void* y = nullptr;
+  void* yref = nullptr;
+  void alloc(int64_t n_, int64_t k_, int64_t mmax, size_t l2) {
+    n = n_;
+    k = k_;
+    const size_t wbytes = size_t(n) * k / 2, sbytes = size_t(n) * k / 16;
+    copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
+    wt.alloc(n, k, copies);
+    CK(cudaMalloc(&global, 4));
+    const float gs = 0.01f;
+    CK(cudaMemcpy(global, &gs, 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&x, size_t(mmax) * k * 2));
+    fill_act<<<2048, 256>>>(static_cast<uint16_t*>(x), size_t(mmax) * k, 5);
+    CK(cudaMalloc(&y, size_t(mmax) * n * 4));
+    CK(cudaMalloc(&yref, size_t(mmax) * n * 4));
+    CK(cudaDeviceSynchronize());
+    std::printf("%lldx%lld (%d weight copies)\n", (long long)n, (long long)k, copies);
+  }
+  void release() {
+    wt.release();
+    CK(cudaFree(global));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    CK(cudaFree(yref));
+  }
+  // the arguments of a call on weight copy c at m rows into out (a dtype of qwen38::gemm::Out)
+  qwen38::gemm::Nvfp4Params params(int c, int64_t m, void* out_y, int out) const {
+    qwen38::gemm::Nvfp4Params p;
+    p.x = x;
+    p.w = wt.w[c];
+    p.scale = wt.s[c];
+    p.global = global;
+    p.y = out_y;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.x_stride = k;
+    p.out = out;
+    return p;
   }
 };
 

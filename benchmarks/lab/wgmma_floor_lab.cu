@@ -223,14 +223,7 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
 #endif
 }
 
-struct Data {
-  int64_t n;
-  int copies;
-  lab::Nvfp4Copies wt;
-  float* global;
-  __nv_bfloat16* x;
-  void* y;
-};
+using Data = lab::Nvfp4Data;
 
 template <int BM, int S, int A>
 float run(const Data& d, int64_t m, int calls) {
@@ -248,18 +241,8 @@ float run(const Data& d, int64_t m, int calls) {
                                CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   auto launch = [&](int c, cudaStream_t st) {
-    Nvfp4Params p;
-    p.x = d.x;
-    p.w = d.wt.w[c];
-    p.scale = d.wt.s[c];
-    p.global = d.global;
-    p.y = d.y;
-    p.m = m;
-    p.n = d.n;
-    p.k = kK;
-    p.x_stride = kK;
-    p.out = 0;
-    CK(launch_kernel(kernel, grid, dim3(threads_of(A)), size_t(smem_of<BM, S>()), st, false, p, tx, tw[c], ts[c]));
+    CK(launch_kernel(kernel, grid, dim3(threads_of(A)), size_t(smem_of<BM, S>()), st, false,
+                     d.params(c, m, d.y, int(Out::kBF16)), tx, tw[c], ts[c]));
   };
   return lab::run_or_time(launch, d.copies, calls);
 }
@@ -316,17 +299,7 @@ int main(int argc, char** argv) {
   for (int64_t n : {int64_t(1024), int64_t(34816)}) {
     if (profile && n != 34816) continue;
     Data d;
-    d.n = n;
-    const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
-    d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
-    d.wt.alloc(n, kK, d.copies);
-    CK(cudaMalloc(&d.global, 4));
-    const int64_t mmax = 256;
-    CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
-    lab::fill_act<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
-    CK(cudaMalloc(&d.y, size_t(mmax) * n * 2));
-    CK(cudaDeviceSynchronize());
-    std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
+    d.alloc(n, kK, 256, l2);
     if (profile) {
       run<64, 6, 0>(d, 64, 0);
     } else if (tma_only) {
@@ -340,10 +313,7 @@ int main(int argc, char** argv) {
         row<64, 6, kNoBar>("no CTA barrier, 32 rows", d, 32);
       }
     }
-    d.wt.release();
-    CK(cudaFree(d.global));
-    CK(cudaFree(d.x));
-    CK(cudaFree(d.y));
+    d.release();
   }
   return 0;
 }

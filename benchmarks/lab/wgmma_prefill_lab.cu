@@ -26,59 +26,7 @@ namespace {
 
 constexpr int kK = 5120;
 
-
-struct Data {
-  int64_t n;
-  int copies;
-  lab::Nvfp4Copies wt;
-  float* global;
-  __nv_bfloat16* x;
-  void* y;
-  void* yref;
-};
-
-// the weight copies (2x L2 in all), x of mmax rows and two outputs of mmax x n fp32
-Data make_data(int64_t n, int64_t mmax, size_t l2) {
-  Data d;
-  d.n = n;
-  const size_t wbytes = size_t(n) * kK / 2, sbytes = size_t(n) * kK / 16;
-  d.copies = int(std::max<size_t>(1, 2 * l2 / (wbytes + sbytes) + 1));
-  d.wt.alloc(n, kK, d.copies);
-  CK(cudaMalloc(&d.global, 4));
-  const float gs = 0.01f;
-  CK(cudaMemcpy(d.global, &gs, 4, cudaMemcpyHostToDevice));
-  CK(cudaMalloc(&d.x, size_t(mmax) * kK * 2));
-  lab::fill_act<<<2048, 256>>>(reinterpret_cast<uint16_t*>(d.x), size_t(mmax) * kK, 5);
-  CK(cudaMalloc(&d.y, size_t(mmax) * n * 4));
-  CK(cudaMalloc(&d.yref, size_t(mmax) * n * 4));
-  CK(cudaDeviceSynchronize());
-  std::printf("%lldx%d (%d weight copies)\n", (long long)n, kK, d.copies);
-  return d;
-}
-
-void free_data(Data& d) {
-  d.wt.release();
-  CK(cudaFree(d.global));
-  CK(cudaFree(d.x));
-  CK(cudaFree(d.y));
-  CK(cudaFree(d.yref));
-}
-
-Nvfp4Params params(const Data& d, int c, int64_t m, void* y, int out) {
-  Nvfp4Params p;
-  p.x = d.x;
-  p.w = d.wt.w[c];
-  p.scale = d.wt.s[c];
-  p.global = d.global;
-  p.y = y;
-  p.m = m;
-  p.n = d.n;
-  p.k = kK;
-  p.x_stride = kK;
-  p.out = out;
-  return p;
-}
-
+using Data = lab::Nvfp4Data;
 
 template <int OUT, int BM, int S>
 float run_wg(const Data& d, int64_t m, void* y, int calls) {
@@ -93,14 +41,14 @@ float run_wg(const Data& d, int64_t m, void* y, int calls) {
     tw[c] = lab::tensor_map_2d(d.wt.w[c], CU_TENSOR_MAP_DATA_TYPE_UINT8, uint64_t(d.n), kK / 2, kK / 2, 128, 32,
                                CU_TENSOR_MAP_SWIZZLE_32B);
   auto launch = [&](int c, cudaStream_t st) {
-    CK(launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(C::kSmem), st, false, params(d, c, m, y, OUT),
+    CK(launch_kernel(kernel, grid, dim3(wg_prefill::kThreads), size_t(C::kSmem), st, false, d.params(c, m, y, OUT),
                      tx, tw[c]));
   };
   return lab::run_or_time(launch, d.copies, calls);
 }
 
 float run_mma(const Data& d, int64_t m, void* y, int out, int calls) {
-  auto launch = [&](int c, cudaStream_t st) { CK(launch_nvfp4_prefill(Act::kBF16, params(d, c, m, y, out), false, st)); };
+  auto launch = [&](int c, cudaStream_t st) { CK(launch_nvfp4_prefill(Act::kBF16, d.params(c, m, y, out), false, st)); };
   return lab::run_or_time(launch, d.copies, calls);
 }
 
@@ -169,9 +117,10 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&pr, 0));
     std::printf("device %s; 64-row tiles compiled for %d CTAs an SM\n", pr.name, QWEN38_WGMMA_BM64_CTAS);
     for (int64_t n : {int64_t(34816), int64_t(17408), int64_t(16384), int64_t(12288), int64_t(10240)}) {
-      Data d = make_data(n, 64, size_t(pr.l2CacheSize));
+      Data d;
+      d.alloc(n, kK, 64, size_t(pr.l2CacheSize));
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, {33, 64});
-      free_data(d);
+      d.release();
     }
     return 0;
   }
@@ -181,7 +130,8 @@ int main(int argc, char** argv) {
   const size_t l2 = size_t(prop.l2CacheSize);
   for (int64_t n : {int64_t(1000), int64_t(34816)}) {
     if (profile && n != 34816) continue;
-    Data d = make_data(n, 1024, l2);
+    Data d;
+    d.alloc(n, kK, 1024, l2);
     if (profile) {
       run_wg<0, 256, 4>(d, 512, d.y, 0);
     } else if (n == 1000) {
@@ -198,7 +148,7 @@ int main(int argc, char** argv) {
       compare<0, 64, 6>("bf16 out, BM 64, 6 stages", d, rows);
       compare<0, 64, 8>("bf16 out, BM 64, 8 stages", d, rows);
     }
-    free_data(d);
+    d.release();
   }
   return 0;
 }

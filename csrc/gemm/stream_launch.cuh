@@ -63,7 +63,7 @@ struct StreamLaunch {
     const auto key = std::make_tuple(reinterpret_cast<const void*>(fn), dev, tiles, spread_enabled());
     return cached_query(mu, cache, key, out, [&](int* best) {
       int sms = 0;
-      if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+      if (cudaError_t e = device_sms(&sms)) return e;
       *best = 1;
       int64_t best_warps = (tiles + sms - 1) / sms * ks;
       for (int c = 2; c <= ks && c <= kAutoClusterMax; c *= 2) {
