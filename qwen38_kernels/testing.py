@@ -17,6 +17,8 @@ What each helper checks, in the words of the numerics contract (DESIGN.md):
   tests (max 1 ulp from the float64 evaluation rounded at the reference's rounding points).
 - ``assert_knob_keeps_bits``: a launch knob (KNOBS.md: the ones that choose a kernel or a launch
   shape) changes no bit of a call, at every row count given.
+- ``cuda_kernel_names``: the CUDA kernels a call launched (torch.profiler), so a test can tell which
+  kernel served it.
 
 Nothing here needs pytest; the functions raise ``AssertionError`` with a message that says which row,
 which output and how far off.
@@ -32,7 +34,7 @@ __all__ = [
     "poison_like", "poisoned_empty",
     "ulp_diff", "ulp_histogram", "assert_ulp_close", "assert_bitwise_equal",
     "run_opcheck", "assert_graph_equals_eager", "assert_row_invariant", "assert_row_invariant_at",
-    "assert_deterministic", "assert_knob_keeps_bits",
+    "assert_deterministic", "assert_knob_keeps_bits", "cuda_kernel_names",
 ]
 
 # ---- devices and data ------------------------------------------------------------------------
@@ -346,3 +348,16 @@ def assert_knob_keeps_bits(fn: Callable, x_rows: torch.Tensor, knob: str, value:
             with knobs.override(**{knob: value}):
                 want = fn(x_rows[:m], *extra)
             assert_bitwise_equal(got, want, f"{what}{m} rows, extra arguments #{i}: {knob}={value} changes bits")
+
+
+def cuda_kernel_names(fn: Callable, *args) -> list[str]:
+    """The names of the CUDA kernels ``fn(*args)`` launches, in launch order (torch.profiler's CUDA
+    activity; the call runs once more first, outside the profile, so lazy setup is not in it)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]

@@ -222,6 +222,39 @@ def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, skinny_variant
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [48, 96, 40, 128])
+def test_xshare_kernel_writes_the_stream_kernels_bits(n, skinny_variant):
+    """1..32 rows of a few-row weight at K = 5120 and k split 8 (the model's 48- and 96-row weights)
+    go through the x-shared kernel (QWEN38_NVFP4_XSHARE=1, the default: clusters of 8 CTAs, x copied
+    into shared memory once a CTA); with the knob at 0 the register-stream kernel computes them, with
+    QWEN38_NVFP4_STREAM=0 the ring kernel: the same bits at every row count (tile groups of 1 (N = 40),
+    2 and 3; one and two m16 tiles), for bf16 and fp16 activations, with bias and fp32 output, from a
+    strided x; every row of a 32-row call agrees with its 1-row call. A weight of more than 128 rows
+    keeps the stream kernel."""
+    k = 5120
+    skinny_variant("nvfp4_linear", n, k, 8, 1)
+    w = _weight(n, k, "cuda", seed=n + 7)
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=n)[:, :k]  # row stride k + 64
+        for m in (1, 16, 32):
+            names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
+            assert any("nvfp4_xshare_kernel" in s for s in names), f"{m} rows: {names}"
+            with q.knobs.override(QWEN38_NVFP4_XSHARE="0"):
+                names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
+            assert not any("nvfp4_xshare_kernel" in s for s in names), f"knob 0, {m} rows: {names}"
+        for knob in ("QWEN38_NVFP4_XSHARE", "QWEN38_NVFP4_STREAM"):
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, knob, "0",
+                                      rows=(1, 3, 8, 9, 16, 17, 25, 32),
+                                      extras=((None, None), (bias, torch.float32)), what=f"{xdt} xshare: ")
+        qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+    skinny_variant("nvfp4_linear", 136, k, 8, 1)
+    w = _weight(136, k, "cuda", seed=9)
+    x = qt.randn_nonzero(4, k, device="cuda", seed=2)
+    assert not any("nvfp4_xshare_kernel" in s for s in qt.cuda_kernel_names(lambda: _call(x, w)))
+
+
+@pytest.mark.gpu
 def test_stream_kernel_decodes_every_code_and_scale(skinny_variant):
     """test_every_code_and_scale_is_decoded_exactly through the register-stream kernel (16 one-hot
     rows a call, K = 5120): every byte value against block scales across the e4m3 range."""
@@ -321,7 +354,7 @@ def test_opcheck(device):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu", "head_lab.cu", "tiles_skinny_lab.cu",
                                  "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu",
-                                 "wgmma_floor_lab.cu", "stream_waves_lab.cu"])
+                                 "wgmma_floor_lab.cu", "stream_waves_lab.cu", "xshare_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the weight GEMMs (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8; head_lab.cu: the head's tiles kernel;
@@ -329,7 +362,7 @@ def test_skinny_labs_compile(tmp_path, lab):
     against mma.sync's; wgmma_skinny_lab.cu: the NVFP4 skinny GEMM on wgmma; wgmma_prefill_lab.cu:
     the NVFP4 prefill kernel's wgmma form against its mma.sync kernel; wgmma_floor_lab.cu: that
     kernel's main loop with parts switched off; stream_waves_lab.cu: the stream kernels at capped
-    blocks an SM) still compile against the kernel headers, every variant they time included: they
+    blocks an SM; xshare_lab.cu: the x-shared kernel's forms against the stream kernel) still compile against the kernel headers, every variant they time included: they
     cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled the
     lab through compute_90 PTX, which has no wgmma.)"""
     r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-gencode", "arch=compute_90a,code=sm_90a",

@@ -168,6 +168,7 @@ void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, const SkinnyVariant& 
   p.depth = ring_depth();
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
+  p.xshare = knob_enabled("QWEN38_NVFP4_XSHARE", true);
   p.cluster = skinny_cluster(kOp);
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;

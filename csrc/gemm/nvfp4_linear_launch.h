@@ -28,6 +28,8 @@ struct Nvfp4Params {
   int stream = 1;                  // skinny kernel: 1 = the register-stream kernel where it serves
                                    // the shape (nvfp4_stream_kernel.cuh), 0 = always the ring
                                    // kernel; changes no bit
+  int xshare = 1;                  // skinny path: 1 = the x-shared kernel where it serves the call
+                                   // (nvfp4_xshare_serves), 0 = never; changes no bit
   int cluster = 0;                 // register-stream kernel: CTAs of a cluster sharing an output
                                    // tile's k-split warps, 1/2/4/8 (capped at the k split), 0 = by
                                    // the grid (stream_launch.cuh); changes no bit
@@ -46,6 +48,13 @@ cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Params& p, const SkinnyVaria
 // serves and p.stream is set.
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
+
+// The x-shared kernel (nvfp4_xshare_kernel.cuh): the register-stream kernel's bits for weights of few
+// rows at K = 5120 and k split 8 (N a multiple of 8 up to kXshareMaxN = 128: the model's 48- and
+// 96-row weights), 1..32 rows, on a device that places clusters of 8 CTAs; launch_nvfp4_skinny takes it
+// where it serves and p.stream and p.xshare are set.
+bool nvfp4_xshare_serves(const Nvfp4Params& p, const SkinnyVariant& v);
+cudaError_t launch_nvfp4_xshare(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
 
 // The "mma" prefill strategy (nvfp4_prefill_kernel.cu): more than 32 rows through mma.sync tiles of
 // 64 or 128 rows x 128 columns, the weight decoded in registers; x rows and w 16-byte aligned, w_scale
