@@ -47,11 +47,13 @@ template <Mode MODE, typename T, bool RAW, bool CIV = false>
 cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
   auto kernel = gdn_kernel<MODE, T, RAW, CIV>;
   const size_t smem = smem_bytes(MODE, CIV && p.c_tokens > p.tokens ? p.c_tokens : p.tokens);
-  if (smem > 48 * 1024) {  // above the default limit a block must opt in (not a stream operation)
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (err != cudaSuccess) return err;
-  }
+  // Above the default 48 KB a block must opt in: the attribute is raised once per (kernel, device) to
+  // the most a block may use (launch.cuh dynamic_smem_room), never to this call's size - the spread
+  // below may launch with more than `smem` (sized against that limit and cached), and an attribute
+  // set to a smaller `smem` by a later call made such a launch fail with "invalid argument".
+  size_t room = 0;
+  if (const cudaError_t err = dynamic_smem_room(kernel, &room)) return err;
+  if (smem > room) return cudaErrorInvalidValue;
   Params q = p;
   q.splits = 1;
   if (MODE == Mode::kTree && !CIV) {
