@@ -222,24 +222,26 @@ def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, skinny_variant
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [48, 96, 40, 128])
+@pytest.mark.parametrize("n", [48, 96, 40, 128, 1024])
 def test_xshare_kernel_writes_the_stream_kernels_bits(n, skinny_variant):
-    """1..32 rows of a few-row weight at K = 5120 and k split 8 (the model's 48- and 96-row weights)
-    go through the x-shared kernel (QWEN38_NVFP4_XSHARE=1, the default: clusters of 8 CTAs, x copied
-    into shared memory once a CTA); with the knob at 0 the register-stream kernel computes them, with
-    QWEN38_NVFP4_STREAM=0 the ring kernel: the same bits at every row count (tile groups of 1 (N = 40),
-    2 and 3; one and two m16 tiles), for bf16 and fp16 activations, with bias and fp32 output, from a
-    strided x; every row of a 32-row call agrees with its 1-row call. A weight of more than 128 rows
-    keeps the stream kernel."""
+    """1..32 rows of a few-row weight at K = 5120 and k split 8 (the model's 48- and 96-row weights,
+    and its 1024-row ones from 9 rows) go through the x-shared kernel (QWEN38_NVFP4_XSHARE=1, the
+    default: clusters of 8 CTAs, x copied into shared memory once a CTA, partials by st.async); with
+    the knob at 0 the register-stream kernel computes them, with QWEN38_NVFP4_STREAM=0 the ring
+    kernel: the same bits at every row count (one tile a warp in tile groups of 1 (N = 40), 2 and 3;
+    two tiles a warp in 8 groups (N = 1024); one and two m16 tiles), for bf16 and fp16 activations,
+    with bias and fp32 output, from a strided x; every row of a 32-row call agrees with its 1-row
+    call. Which kernel ran is read from the profiler: a 1024-row weight at 8 rows or fewer and a
+    136-row one keep the stream kernel."""
     k = 5120
     skinny_variant("nvfp4_linear", n, k, 8, 1)
     w = _weight(n, k, "cuda", seed=n + 7)
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=5)
     for xdt in (torch.bfloat16, torch.float16):
         x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=n)[:, :k]  # row stride k + 64
-        for m in (1, 16, 32):
+        for m in (1, 8, 9, 16, 32):
             names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
-            assert any("nvfp4_xshare_kernel" in s for s in names), f"{m} rows: {names}"
+            assert any("nvfp4_xshare_kernel" in s for s in names) == (n <= 128 or m > 8), f"{m} rows: {names}"
             with q.knobs.override(QWEN38_NVFP4_XSHARE="0"):
                 names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
             assert not any("nvfp4_xshare_kernel" in s for s in names), f"knob 0, {m} rows: {names}"
@@ -250,7 +252,7 @@ def test_xshare_kernel_writes_the_stream_kernels_bits(n, skinny_variant):
         qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
     skinny_variant("nvfp4_linear", 136, k, 8, 1)
     w = _weight(136, k, "cuda", seed=9)
-    x = qt.randn_nonzero(4, k, device="cuda", seed=2)
+    x = qt.randn_nonzero(16, k, device="cuda", seed=2)
     assert not any("nvfp4_xshare_kernel" in s for s in qt.cuda_kernel_names(lambda: _call(x, w)))
 
 

@@ -6,9 +6,12 @@
 //
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
 //     benchmarks/lab/xshare_lab.cu csrc/gemm/nvfp4_stream_kernel.cu -o build/lab/xshare_lab
+// Session 17 (H200): xshare_lab_17_first.txt (x hot), _split.txt (+ one warp per m16 tile),
+// xshare_lab_17.txt (final cluster-barrier form), _stasync.txt (partials by st.async, the kernel
+// now) and _bar.txt (the same run, cluster-barrier form).
 //   build/lab/xshare_lab              the table of every form
-//   build/lab/xshare_lab --profile    single launches for ncu (1024x5120 at 1 / 32 rows: stream, xshare
-//                                     nt 2 x 8 warps; 96x5120 at 32 rows: stream, xshare nt 1 x 4 warps)
+//   build/lab/xshare_lab --profile    single launches for ncu: 1024x5120 at 1 and 16 rows, the stream
+//                                     kernel (nt 1) and the x-shared one (nt 1, 4 tile groups), twice each
 // Also times an empty kernel in the same graph form (the launch floor of a call).
 #include <cuda_bf16.h>
 
@@ -74,22 +77,19 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   if (argc > 1 && std::strcmp(argv[1], "--profile") == 0) {
-    for (int64_t n : {int64_t(1024), int64_t(96)}) {
-      lab::Nvfp4Data d;
-      d.alloc(n, kK, 32, size_t(prop.l2CacheSize));
-      SkinnyVariant v;
-      v.ksplit = 8;
-      v.nt_narrow = 1;
-      v.nt_wide = n == 1024 ? 2 : 1;
-      for (int m : n == 1024 ? std::vector<int>{1, 32} : std::vector<int>{32}) {
-        for (int rep = 0; rep < 3; ++rep) {
-          CK(launch_nvfp4_stream(Act::kBF16, d.params(rep, m, d.y, 2), v, false, nullptr));
-          launch_x(d.params(rep, m, d.y, 2), n == 1024 ? 2 : 1, n == 1024 ? 8 : 4, false, false, nullptr);
-        }
-        CK(cudaDeviceSynchronize());
+    lab::Nvfp4Data d;
+    d.alloc(1024, kK, 32, size_t(prop.l2CacheSize));
+    SkinnyVariant v;
+    v.ksplit = 8;
+    v.nt_narrow = 1;
+    v.nt_wide = 2;
+    for (int m : {1, 16})
+      for (int rep = 0; rep < 2; ++rep) {
+        CK(launch_nvfp4_stream(Act::kBF16, d.params(rep, m, d.y, 2), v, false, nullptr));
+        launch_x(d.params(rep, m, d.y, 2), 1, 4, false, false, nullptr);
       }
-      d.release();
-    }
+    CK(cudaDeviceSynchronize());
+    d.release();
     return 0;
   }
   for (int pdl = 0; pdl < 2; ++pdl) {

@@ -72,6 +72,29 @@ __device__ __forceinline__ uint32_t cluster_map(const void* p, int rank) {
 #endif
 }
 
+// Two floats into the shared memory of a CTA of the cluster (addr: a shared::cluster address from
+// cluster_map, 8-byte aligned); their 8 bytes complete on that CTA's mbarrier `bar` (a
+// shared::cluster address too). Asynchronous: no fence, nothing to wait for on this side.
+__device__ __forceinline__ void cluster_store_async(uint32_t addr, float a, float b, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(addr),
+               "r"(__float_as_uint(a)), "r"(__float_as_uint(b)), "r"(bar)
+               : "memory");
+#endif
+}
+
+// Wait until the phase of `parity` of this CTA's mbarrier `bar` has completed, acquiring at cluster
+// scope what other CTAs' cluster_store_async wrote.
+__device__ __forceinline__ void cluster_mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
 __device__ __forceinline__ void cluster_store(uint32_t addr, float v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");

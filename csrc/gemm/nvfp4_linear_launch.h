@@ -50,9 +50,10 @@ bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The x-shared kernel (nvfp4_xshare_kernel.cuh): the register-stream kernel's bits for weights of few
-// rows at K = 5120 and k split 8 (N a multiple of 8 up to kXshareMaxN = 128: the model's 48- and
-// 96-row weights), 1..32 rows, on a device that places clusters of 8 CTAs; launch_nvfp4_skinny takes it
-// where it serves and p.stream and p.xshare are set.
+// rows at K = 5120 and k split 8 (N a multiple of 8 up to 128 at 1..32 rows: the model's 48- and
+// 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows: its 1024-row ones), on a device that
+// places clusters of 8 CTAs; launch_nvfp4_skinny takes it where it serves and p.stream and p.xshare
+// are set.
 bool nvfp4_xshare_serves(const Nvfp4Params& p, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_xshare(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
 

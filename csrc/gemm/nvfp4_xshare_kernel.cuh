@@ -1,10 +1,12 @@
-// nvfp4_linear, 1..32 rows, for weights of few rows at K = 5120 and k split 8 (the model's 48- and
-// 96-row weights): the register-stream kernel's arithmetic (nvfp4_stream_kernel.cuh, read it first)
-// with the activations copied once per CTA into shared memory and shared by the CTA's warps.
+// nvfp4_linear, 1..32 rows, for weights of few rows at K = 5120 and k split 8 (the model's 48-, 96-
+// and, from 9 rows, 1024-row weights): the register-stream kernel's arithmetic
+// (nvfp4_stream_kernel.cuh, read it first) with the activations copied once per CTA into shared
+// memory and shared by the CTA's warps.
 //
 // Why: at k split 8 a warp walks 640 k (5 steps). Its weights are 2.5 KB a tile, but its activations
 // are 16 MT rows x 640 k (20 KB at 16 rows, 40 KB at 32), which the stream kernel loads one step
-// ahead: a warp waits for about one memory latency a step, a DRAM one where x is cold.
+// ahead: a warp waits for about one memory latency a step, a DRAM one where x is cold, and every
+// tile reads all of x again (1024x5120 at 32 rows: 42 MB through L2 for a 2.9 MB weight).
 //
 // Form: clusters of 8 CTAs; CTA r of a cluster runs k-split warp r (k range [640 r, 640 r + 640) at
 // K = 5120) of `groups` tile groups of NT 8-row tiles (the launcher's choice), each group MT / MW
@@ -14,15 +16,17 @@
 // CTA's threads copy with cp.async (one commit group a step: step s starts once its part is in).
 // Rows at or past M read a zero row. Every weight step of a warp is in flight from the start
 // (before pdl_wait: weights are never written by a kernel of this library). The partials of tile i
-// of the cluster's groups x NT tiles are summed in CTA (i % 8)'s shared memory in warp order 0..7,
-// as reduce_and_store_cluster does: the bits of the stream kernel and the ring kernel at every row
-// count (a switch between them never changes a row).
+// of the cluster's groups x NT tiles go to CTA i % 8 by st.async, completing on its mbarrier (no
+// fence: a release / acquire cluster barrier there cost 0.3-1.5 us, "membar" stalls in ncu,
+// benchmarks/results/h200/xshare_lab_17_bar.txt against _stasync.txt), and
+// that CTA sums them in warp order 0..7, as reduce_and_store_cluster does: the bits of the stream
+// kernel and the ring kernel at every row count (a switch between them never changes a row).
 //
 // H200 (benchmarks/lab/xshare_lab.cu, benchmarks/results/h200/xshare_lab_17*.txt; x cold, PDL, us):
-// 48x5120 at 1 / 16 / 32 rows 2.70 / 3.01 / 3.70 against the stream kernel's 2.99 / 3.71 / 4.65;
-// one warp per m16 tile at 17..32 rows (32 rows: 3.70 against 4.12 with both tiles in one warp).
-// 1024x5120 (128 tiles): slower at 1..16 rows (4.9 against 4.0 at 1 row), the same at 17..32 -
-// not served (nvfp4_xshare_kernel.cu kXshareMaxN).
+// 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 against the stream kernel's 3.01 / 3.72 / 4.66
+// (one warp per m16 tile at 17..32 rows: 3.33 against 3.69 with both tiles in one warp); 1024x5120
+// (2 tiles a warp, 8 groups) at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55, but 4.52 against 4.04
+// at 1 row: the launcher takes it there from 9 rows.
 //
 // Shared memory: x rows of K/8 elements, 16-byte chunk j of a row at chunk j + j/8 and rows
 // `xshare_row_chunks` chunks apart (= 2 mod 8): a quarter-warp's 16-byte reads (lanes (g, t),
@@ -37,6 +41,7 @@
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
+#include "common/tma.cuh"
 #include "gemm/nvfp4_linear_launch.h"
 #include "gemm/skinny_common.cuh"
 #include "gemm/stream_common.cuh"
@@ -45,7 +50,8 @@ namespace qwen38::gemm {
 
 constexpr int kXshareSplit = 8;      // k-split warps of a tile = CTAs of a cluster
 constexpr int kXshareMaxWarps = 8;   // warps of a CTA (tile groups x warps a group)
-constexpr int64_t kXshareMaxN = 128; // the launcher takes it up to this many weight rows
+constexpr int64_t kXshareNarrowN = 128; // the launcher's forms: one tile a warp up to this many weight rows,
+constexpr int64_t kXshareMaxN = 1024;   // two (at more than 8 rows) up to this many
 
 // 16-byte chunks of one staged x row: K / 8 elements = K / 64 chunks, one pad chunk every 8, then
 // padded to 2 mod 8 (rows g and g + 1 of a quarter-warp two bank groups apart)
@@ -53,10 +59,11 @@ __host__ __device__ constexpr int xshare_row_chunks(int k) {
   const int j = k / 64 + k / 512;
   return j + ((2 - j % 8) + 8) % 8;
 }
-// dynamic shared memory of a CTA of `groups` tile groups: 16 MT rows + the zero row, then the partials
+// dynamic shared memory of a CTA of `groups` tile groups: 16 MT rows + the zero row, the partials,
+// then the partials' mbarrier (16 bytes)
 __host__ __device__ constexpr size_t xshare_smem_bytes(int k, int mt, int groups, int nt) {
   const int slots = (groups * nt + kXshareSplit - 1) / kXshareSplit;
-  return size_t(16 * mt + 1) * xshare_row_chunks(k) * 16 + size_t(slots) * kXshareSplit * mt * 16 * 8 * 4;
+  return size_t(16 * mt + 1) * xshare_row_chunks(k) * 16 + size_t(slots) * kXshareSplit * mt * 16 * 8 * 4 + 16;
 }
 
 // MT: m16 tiles of rows staged (1: rows 1..16, 2: 17..32); MW: m16 tiles a warp computes (MT, or 1:
@@ -76,11 +83,22 @@ __global__ void __launch_bounds__(32 * kXshareMaxWarps, 1) nvfp4_xshare_kernel(c
   static_assert(K % (kStepK * kXshareSplit) == 0 && kSW <= 8, "unserved K");
   extern __shared__ uint4 xs_mem[];
 
-  cluster_arrive_relaxed();  // waited for before the partials go into another CTA's memory
   const int lane = threadIdx.x % 32, groups = blockDim.x / 32 / kWG;
   const int tg = threadIdx.x / 32 / kWG, m0 = threadIdx.x / 32 % kWG;  // tile group, first m16 tile
   const int g = lane / 4, t = lane % 4;
   const int rank = cluster_pos().rank;           // = this CTA's k-split warp
+  const int tiles = groups * NT;                  // of the cluster; tile i is summed in CTA i % 8
+  const int mine = (tiles + kXshareSplit - 1 - rank) / kXshareSplit;  // tiles this CTA sums
+  float* const buf = reinterpret_cast<float*>(xs_mem + (16 * MT + 1) * kRowC);
+  uint64_t* const barp =
+      reinterpret_cast<uint64_t*>(buf + (tiles + kXshareSplit - 1) / kXshareSplit * kXshareSplit * kTile);
+  const uint32_t bar = smem_addr(barp);
+  if (threadIdx.x == 0) {
+    tma::mbar_init(bar, 1);
+    tma::mbar_init_fence();
+    tma::mbar_expect(bar, uint32_t(mine) * kXshareSplit * kTile * 4);  // every k-split warp's partials
+  }
+  cluster_arrive_relaxed();  // waited for before the partials go into another CTA's memory
   const int64_t group = blockIdx.x / kXshareSplit;
   const int64_t nb = (group * groups + tg) * 8 * NT;
   const int s0 = rank * kSW;
@@ -166,26 +184,22 @@ __global__ void __launch_bounds__(32 * kXshareMaxWarps, 1) nvfp4_xshare_kernel(c
   }
 
   // partials: tile i = tg NT + nt of the cluster's tiles goes to CTA i % 8, slot i / 8
-  float* buf = reinterpret_cast<float*>(xs_mem + (16 * MT + 1) * kRowC);
-  cluster_wait();
+  cluster_wait();  // every CTA of the cluster runs (and its mbarrier is initialized)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int i = tg * NT + nt;
     const uint32_t base = cluster_map(buf, i % kXshareSplit);
+    const uint32_t rbar = cluster_map(barp, i % kXshareSplit);
 #pragma unroll
     for (int mt = 0; mt < MW; ++mt) {
       const uint32_t at = base + 4u * uint32_t(((i / kXshareSplit) * kXshareSplit + rank) * kTile +
                                                ((m0 + mt) * 16 + g) * 8 + 2 * t);
-      cluster_store(at, acc[nt][mt][0]);
-      cluster_store(at + 4, acc[nt][mt][1]);
-      cluster_store(at + 4 * 64, acc[nt][mt][2]);  // row g + 8
-      cluster_store(at + 4 * 64 + 4, acc[nt][mt][3]);
+      cluster_store_async(at, acc[nt][mt][0], acc[nt][mt][1], rbar);
+      cluster_store_async(at + 4 * 64, acc[nt][mt][2], acc[nt][mt][3], rbar);  // row g + 8
     }
   }
-  cluster_arrive_release();
-  cluster_wait();
+  if (mine > 0) cluster_mbar_wait(bar, 0);
   const float gscale = *p.global;
-  const int tiles = groups * NT;
   const int64_t nc = group * tiles * 8;  // the cluster's first output column
   for (int idx = threadIdx.x; idx < (tiles + kXshareSplit - 1 - rank) / kXshareSplit * kTile; idx += blockDim.x) {
     const int sl = idx / kTile, r = idx % kTile / 8, c = idx % 8;
@@ -195,6 +209,9 @@ __global__ void __launch_bounds__(32 * kXshareMaxWarps, 1) nvfp4_xshare_kernel(c
     store_one<kXshareSplit>([&](int w) { return pp[w * kTile]; }, nvfp4::kPairUnscale, gscale, p.bias,
                             p.bias_dtype, p.y, p.out, r, p.n, nn);
   }
+  // no CTA leaves while a partial it sent may be in flight: each arrives once its own have landed
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 }  // namespace qwen38::gemm
