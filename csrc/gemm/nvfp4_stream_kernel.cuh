@@ -136,13 +136,7 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
   // pdl_wait() (pdl.cuh)
   uint4 wb[kD][NT];
   uint32_t sb[kD][NT];
-#pragma unroll
-  for (int d = 0; d < kD; ++d)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * d);
-      sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * d);
-    }
+  stream::nvfp4_load_steps(wb, sb, wp, sp, kRowB, kRowS);
   pdl_wait();
   pdl_allow();
 
@@ -171,12 +165,7 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
         }
       }
       typename D::T2 s2[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
-        s2[nt][0] = D::scale(__low2half(sh));
-        s2[nt][1] = D::scale(__high2half(sh));
-      }
+      stream::nvfp4_scales<T, NT>(s2, sc);
       // word q outer, tiles inner: only word q's A fragments are live; the activations of word
       // q + 1 (at 1 tile a warp: word q of the next step) load while word q is decoded
       stream::x_step(xw, xr, ss);
@@ -184,29 +173,9 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
         stream::x_word(xc, xw, xr, ss, q, kSW);
-        // A fragments of mmas 2q, 2q+1 (k slots re-paired (i, i+4), pair_by_four's registers 4q..4q+3):
-        // {row g, row g+8, row g, row g+8} of m16 tile mt (rows + 16 mt)
         uint32_t af[MT][2][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const uint4 v = xc[2 * mt + hh];
-            af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
-            af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
-            af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
-            af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
-          }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
-          uint32_t b[4];
-          nvfp4::decode_word<T>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);  // words 0, 1: first 16 k; 2, 3: second
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
-        }
+        stream::nvfp4_a_fragments<MT>(af, xc);
+        stream::nvfp4_word_mmas<T, NT, MT>(acc, af, wq, s2, q);
       }
     }
   }

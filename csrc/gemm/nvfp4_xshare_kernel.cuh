@@ -107,13 +107,7 @@ __global__ void __launch_bounds__(32 * kXshareMaxWarps, 1) nvfp4_xshare_kernel(c
 
   uint4 wb[kSW][NT];
   uint32_t sb[kSW][NT];
-#pragma unroll
-  for (int d = 0; d < kSW; ++d)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * d);
-      sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * d);
-    }
+  stream::nvfp4_load_steps(wb, sb, wp, sp, kRowB, kRowS);
   pdl_wait();
   pdl_allow();
 
@@ -143,43 +137,18 @@ __global__ void __launch_bounds__(32 * kXshareMaxWarps, 1) nvfp4_xshare_kernel(c
     cp_async_wait_dyn(kSW - 1 - ss);
     __syncthreads();
     typename D::T2 s2[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sb[ss][nt]));
-      s2[nt][0] = D::scale(__low2half(sh));
-      s2[nt][1] = D::scale(__high2half(sh));
-    }
+    stream::nvfp4_scales<T, NT>(s2, sb[ss]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       uint4 xc[kH];
 #pragma unroll
       for (int h = 0; h < kH; ++h) {
         const uint32_t a = xa[h] + 16u * (kStepC * ss + q);
-        asm("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(xc[h].x), "=r"(xc[h].y), "=r"(xc[h].z), "=r"(xc[h].w)
-                     : "r"(a));
+        asm("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(xc[h].x), "=r"(xc[h].y), "=r"(xc[h].z), "=r"(xc[h].w) : "r"(a));
       }
       uint32_t af[MW][2][4];
-#pragma unroll
-      for (int mt = 0; mt < MW; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const uint4 v = xc[2 * mt + hh];
-          af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
-          af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
-          af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
-          af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
-        }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t wr[4] = {wb[ss][nt].x, wb[ss][nt].y, wb[ss][nt].z, wb[ss][nt].w};
-        uint32_t b[4];
-        nvfp4::decode_word<T>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int mt = 0; mt < MW; ++mt) mma_16816<T>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
-      }
+      stream::nvfp4_a_fragments<MW>(af, xc);
+      stream::nvfp4_word_mmas<T, NT, MW>(acc, af, wb[ss], s2, q);
     }
   }
 

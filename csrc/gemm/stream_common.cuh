@@ -7,7 +7,8 @@
 
 #include <cstdint>
 
-#include "common/nvfp4.cuh"  // QWEN38_HW_E2M1
+#include "common/mma.cuh"
+#include "common/nvfp4.cuh"  // QWEN38_HW_E2M1, the decode
 #include "common/vec.cuh"     // zero_fill
 
 namespace qwen38::gemm {
@@ -117,6 +118,67 @@ __device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH>& x, c
 #pragma unroll
     for (int h = 0; h < kH; ++h)
       x.ahead[slot][h] = load_x(xr[h] + (kXStep ? 128 * (ss + 1) + 8 * q : 128 * ss + 8 * (q + 1)));
+  }
+}
+
+// Weight steps 0 .. kD-1 of each of NT 8-row tiles (rows 8 nt apart) into registers: 16 bytes a
+// tile and step (w: this thread's bytes of step 0, 64 a step; rows row_b apart) and the two scale
+// bytes of those 32 k (s: 8 a step; rows row_s apart).
+template <int kD, int NT>
+__device__ __forceinline__ void nvfp4_load_steps(uint4 (&wb)[kD][NT], uint32_t (&sb)[kD][NT], const uint8_t* w,
+                                                 const uint8_t* s, int64_t row_b, int64_t row_s) {
+#pragma unroll
+  for (int d = 0; d < kD; ++d)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wb[d][nt] = load_w(w + nt * 8 * row_b + 64 * d);
+      sb[d][nt] = load_scale2(s + nt * 8 * row_s + 8 * d);
+    }
+}
+
+// The NVFP4 kernels' step pieces (nvfp4_stream_kernel.cuh, nvfp4_xshare_kernel.cuh: the same
+// arithmetic). The pair multipliers of a step from each tile's two scale bytes (sc: low byte = the
+// first 16 k): s2[nt][0] for words 0 and 1, s2[nt][1] for words 2 and 3.
+template <typename T, int NT>
+__device__ __forceinline__ void nvfp4_scales(typename nvfp4::PairDecode<T>::T2 (&s2)[NT][2], const uint32_t (&sc)[NT]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
+    s2[nt][0] = nvfp4::PairDecode<T>::scale(__low2half(sh));
+    s2[nt][1] = nvfp4::PairDecode<T>::scale(__high2half(sh));
+  }
+}
+// The A fragments of mmas 2q, 2q+1 from word q's activations (xc[2 mt + hh]: 8 values of row half hh
+// of m16 tile mt), k slots re-paired (i, i+4) as pair_by_four's registers 4q..4q+3: {row g, row g+8,
+// row g, row g+8} of each m16 tile.
+template <int MT>
+__device__ __forceinline__ void nvfp4_a_fragments(uint32_t (&af)[MT][2][4], const uint4 (&xc)[2 * MT]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const uint4 v = xc[2 * mt + hh];
+      af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
+      af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
+      af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
+      af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
+    }
+}
+// Word q of every tile's 16 weight bytes (wq[nt]) decoded into B fragments and its two mmas per m16
+// tile accumulated, tiles in order (the same mma order per tile at every NT and MT).
+template <typename T, int NT, int MT>
+__device__ __forceinline__ void nvfp4_word_mmas(float (&acc)[NT][MT][4], const uint32_t (&af)[MT][2][4],
+                                                const uint4 (&wq)[NT],
+                                                const typename nvfp4::PairDecode<T>::T2 (&s2)[NT][2], int q) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
+    uint32_t b[4];
+    nvfp4::decode_word<T>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);  // words 0, 1: first 16 k; 2, 3: second
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
   }
 }
 
