@@ -423,12 +423,7 @@ __global__ void __launch_bounds__(32 * KS, MINB) bulk_kernel(const Nvfp4Params p
           for (int nt = 0; nt < NT; ++nt) sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kSD));
         }
         typename PD::T2 s2[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const __half2 sh = nvfp4::e4m3x2_to_h2(uint16_t(sc[nt]));
-          s2[nt][0] = PD::scale(__low2half(sh));
-          s2[nt][1] = PD::scale(__high2half(sh));
-        }
+        stream::nvfp4_scales<bf16, NT>(s2, sc);
         uint4 xn[kH];
 #pragma unroll
         for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss);
@@ -442,26 +437,8 @@ __global__ void __launch_bounds__(32 * KS, MINB) bulk_kernel(const Nvfp4Params p
             for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + 128 * ss + 8 * (q + 1));
           }
           uint32_t af[MT][2][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const uint4 v = xc[2 * mt + hh];
-              af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
-              af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
-              af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
-              af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
-            }
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t wr[4] = {wq[nt].x, wq[nt].y, wq[nt].z, wq[nt].w};
-            uint32_t b[4];
-            nvfp4::decode_word<bf16>(b, wr[q], s2[nt][q < 2 ? 0 : 1]);
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) mma_16816<bf16>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
-          }
+          stream::nvfp4_a_fragments<MT>(af, xc);
+          stream::nvfp4_word_mmas<bf16, NT, MT>(acc, af, wq, s2, q);
         }
       }
       if (c == C - 1 || ss == kSW - 1) {

@@ -161,13 +161,8 @@ __global__ void __launch_bounds__(threads_of(A), BM <= 128 ? 2 : 1)
         a[j][3] = w1[2 * j + 1];
       }
     } else {
-      using D = nvfp4::PairDecode<T>;
-      const __half2 h00 = nvfp4::e4m3x2_to_h2(uint16_t(sw0)), h01 = nvfp4::e4m3x2_to_h2(uint16_t(sw0 >> 16));
-      const __half2 h10 = nvfp4::e4m3x2_to_h2(uint16_t(sw1)), h11 = nvfp4::e4m3x2_to_h2(uint16_t(sw1 >> 16));
-      const typename D::T2 s0[4] = {D::scale(__low2half(h00)), D::scale(__high2half(h00)), D::scale(__low2half(h01)),
-                                    D::scale(__high2half(h01))};
-      const typename D::T2 s1[4] = {D::scale(__low2half(h10)), D::scale(__high2half(h10)), D::scale(__low2half(h11)),
-                                    D::scale(__high2half(h11))};
+      typename nvfp4::PairDecode<T>::T2 s0[4], s1[4];
+      wg_prefill::block_scales<T>(s0, s1, sw0, sw1);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         a[j][0] = nvfp4::decode_byte<T>(__byte_perm(w0[2 * j], 0, sel), s0[j]);

@@ -68,6 +68,24 @@ struct Cfg {
   static constexpr int kSmem = (kPipe > kOut ? kPipe : kOut) + 1024;
 };
 
+// The pair multipliers (nvfp4::PairDecode) of a thread's two weight rows' four k16 blocks of a stage
+// from their four scale bytes each (sw0, sw1: block j in byte j).
+template <typename T>
+__device__ __forceinline__ void block_scales(typename nvfp4::PairDecode<T>::T2 (&s0)[4],
+                                             typename nvfp4::PairDecode<T>::T2 (&s1)[4], uint32_t sw0, uint32_t sw1) {
+  using D = nvfp4::PairDecode<T>;
+  const __half2 h00 = nvfp4::e4m3x2_to_h2(uint16_t(sw0)), h01 = nvfp4::e4m3x2_to_h2(uint16_t(sw0 >> 16));
+  const __half2 h10 = nvfp4::e4m3x2_to_h2(uint16_t(sw1)), h11 = nvfp4::e4m3x2_to_h2(uint16_t(sw1 >> 16));
+  s0[0] = D::scale(__low2half(h00));
+  s0[1] = D::scale(__high2half(h00));
+  s0[2] = D::scale(__low2half(h01));
+  s0[3] = D::scale(__high2half(h01));
+  s1[0] = D::scale(__low2half(h10));
+  s1[1] = D::scale(__high2half(h10));
+  s1[2] = D::scale(__low2half(h11));
+  s1[3] = D::scale(__high2half(h11));
+}
+
 // (lab) QWEN38_WGMMA_BM64_CTAS: the CTAs an SM the 64-row tiles are compiled for. 3 (80 registers)
 // makes ptxas serialize the wgmmas for want of registers: slower on every shape (H200, 33 / 64 rows:
 // 34816x5120 99 -> 100 us, 10240x5120 38 -> 48; benchmarks/results/h200/wgmma_prefill_lab_16_bm64.txt).
@@ -155,13 +173,8 @@ __global__ void __launch_bounds__(kThreads, BM == 64 ? QWEN38_WGMMA_BM64_CTAS : 
     const uint4 c01 = *reinterpret_cast<const uint4*>(ws + wo01);
     const uint4 c10 = *reinterpret_cast<const uint4*>(ws + wo10);
     const uint4 c11 = *reinterpret_cast<const uint4*>(ws + wo11);
-    using D = nvfp4::PairDecode<T>;
-    const __half2 h00 = nvfp4::e4m3x2_to_h2(uint16_t(sw0)), h01 = nvfp4::e4m3x2_to_h2(uint16_t(sw0 >> 16));
-    const __half2 h10 = nvfp4::e4m3x2_to_h2(uint16_t(sw1)), h11 = nvfp4::e4m3x2_to_h2(uint16_t(sw1 >> 16));
-    const typename D::T2 s0[4] = {D::scale(__low2half(h00)), D::scale(__high2half(h00)), D::scale(__low2half(h01)),
-                                  D::scale(__high2half(h01))};
-    const typename D::T2 s1[4] = {D::scale(__low2half(h10)), D::scale(__high2half(h10)), D::scale(__low2half(h11)),
-                                  D::scale(__high2half(h11))};
+    typename nvfp4::PairDecode<T>::T2 s0[4], s1[4];
+    block_scales<T>(s0, s1, sw0, sw1);
     // block j: words 2 (j % 2) and 2 (j % 2) + 1 of chunk j / 2 (bytes 8 (j % 2) + t and + 4 + t)
     const uint32_t w0[8] = {c00.x, c00.y, c00.z, c00.w, c01.x, c01.y, c01.z, c01.w};
     const uint32_t w1[8] = {c10.x, c10.y, c10.z, c10.w, c11.x, c11.y, c11.z, c11.w};
