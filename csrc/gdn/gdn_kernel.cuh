@@ -30,9 +30,9 @@
 // per thread: the per-token chain is about half the instructions per thread of two columns, and a
 // warp's issue slots are what a token costs at small batch.)
 // A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
-// segment order; the 4 partials live in 4 adjacent lanes and are combined by two xor shuffles:
-// lane s holds p_s; after xor 1 lanes 0,1 hold p0 + p1 (addition is commutative: same bits on
-// both), lanes 2,3 hold p2 + p3; after xor 2 every lane holds (p0 + p1) + (p2 + p3).
+// segment order; the 4 partials live in 4 adjacent lanes and are combined by three xor shuffles
+// issued together: lane s holds p_s and reads p_(s^1), p_(s^2), p_(s^3); its own pair's sum plus the
+// other pair's is (p0 + p1) + (p2 + p3) in every lane (addition is commutative: the same bits).
 //
 // Verify: the per-token vectors (kn, qn, v, decay, beta) do not depend on the state, so they are
 // computed for every token up front into shared memory, while the tile loads are in flight; the
@@ -250,10 +250,23 @@ __device__ __forceinline__ void sts_floats(float* dst, const float (&src)[N]) {
     reinterpret_cast<float4*>(dst)[m] = make_float4(src[4 * m], src[4 * m + 1], src[4 * m + 2], src[4 * m + 3]);
 }
 
-// (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3).
+// (p0 + p1) + (p2 + p3) over the 4 segment lanes of a column (lanes 4c..4c+3), in every one of them.
+// kOneLevel: lane s reads the other three partials at once (one shuffle latency, not two dependent
+// ones: the verifies, whose per-token dependent chain this sum closes) and adds its own pair and the
+// other pair; else two xor steps (the step kernel: two registers fewer, where its 80-register cap
+// would spill). Addition is commutative, so every lane's sum has the bits of (p0 + p1) + (p2 + p3)
+// either way.
+template <bool kOneLevel>
 __device__ __forceinline__ float combine_segments(float p) {
-  p = add(p, __shfl_xor_sync(0xffffffffu, p, 1));
-  return add(p, __shfl_xor_sync(0xffffffffu, p, 2));
+  if constexpr (kOneLevel) {
+    const float p1 = __shfl_xor_sync(0xffffffffu, p, 1);
+    const float p2 = __shfl_xor_sync(0xffffffffu, p, 2);
+    const float p3 = __shfl_xor_sync(0xffffffffu, p, 3);
+    return add(add(p, p1), add(p2, p3));
+  } else {
+    p = add(p, __shfl_xor_sync(0xffffffffu, p, 1));
+    return add(p, __shfl_xor_sync(0xffffffffu, p, 2));
+  }
 }
 
 // decay = round_fp32(exp_f64(g))
@@ -344,6 +357,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // Vectors a 4-lane group normalizes at once (see "l2 norms" below): one round for the usual
   // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
   constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
+  constexpr bool kOneLevel = MODE != Mode::kStep;  // combine_segments' form (the same bits)
 
   // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kColBlocks + cb;
   // p.splits as the launcher resolved it, 1..kMaxSplits)
@@ -595,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 #pragma unroll
         for (int u = 0; u < kNormV; ++u) ss[u] = fma_rn(xr[u][r], xr[u][r], ss[u]);
 #pragma unroll
-      for (int u = 0; u < kNormV; ++u) ss[u] = combine_segments(ss[u]);
+      for (int u = 0; u < kNormV; ++u) ss[u] = combine_segments<kOneLevel>(ss[u]);
 #pragma unroll
       for (int u = 0; u < kNormV; ++u) {
         const float rn = __fdiv_rn(1.f, __fsqrt_rn(add(ss[u], kL2Eps)));
@@ -792,7 +806,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
           if (kDecayed) S[r] = a;
         }
       }
-      u = combine_segments(u);
+      u = combine_segments<kOneLevel>(u);
       const float vv = vd[i * kCols + lcol];
       const float dl = mul(sub(vv, u), bi);
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
@@ -840,7 +854,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         pass(IntTag<0>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       }
       if (kOut) {
-        o = combine_segments(o);
+        o = combine_segments<kOneLevel>(o);
         if (seg == 0 && (PM != Mode::kTree || j >= nanc)) *out_at(i) = from_f<T>(o);
       }
       if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
