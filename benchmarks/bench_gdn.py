@@ -14,6 +14,9 @@ Providers:
   qwen38        the op (torch.ops.qwen38.*), programmatic dependent launch on
   qwen38 PDL off the same op with QWEN38_PDL=0
   qwen38 unsplit  (tree) QWEN38_GDN_TREE_SPLIT=1: one run of the whole node order per column block
+  limit: copy of the same bytes  (step) not a peer: a 16-byte Triton copy of the B state tiles into
+                another buffer (qwen38_kernels.bench.copy_bytes): what a stream that reads and writes
+                the step's state bytes reaches at that size, ramp-up and drain included
   fla           fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule when importable (q/k
                 repeated to 48 heads and the l2 norm in its kernel; it reads initial_state and writes
                 a new final state): for the step at B sequences (T = 1), for the chain as T tokens.
@@ -136,6 +139,15 @@ def _no_pdl(fn):
     return bench.with_knobs(fn, QWEN38_PDL="0")
 
 
+def _copy_limit():
+    """(prep, call) of the step's "limit: copy of the same bytes": the pool of each rotating copy
+    copied into a destination of its size (prep allocates it outside the timing)."""
+    def prep(q, k, v, g, beta, pool, slots):
+        return pool, torch.empty_like(pool)
+
+    return prep, lambda src, dst: bench.copy_bytes(dst, src)
+
+
 def _fla_provider(fla, final_state: bool):
     """fla on [B, T, 48, 128] q/k (repeated from 16 heads outside the timing), l2 norm in its kernel,
     initial_state = our pool (fla's [N, HV, K, V] layout is ours)."""
@@ -165,7 +177,7 @@ def cases(quick: bool) -> list[Case]:
             return (q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], _pool(b),
                     torch.arange(b, device="cuda", dtype=torch.int32))
         step = lambda q, k, v, g, beta, pool, s: OPS.gdn_step(q, k, v, g, beta, pool, s)  # noqa: E731
-        prov = {"qwen38": step, "qwen38 PDL off": _no_pdl(step)}
+        prov = {"qwen38": step, "qwen38 PDL off": _no_pdl(step), "limit: copy of the same bytes": _copy_limit()}
         if fla is not None:
             prov["fla"] = _fla_provider(fla, True)  # the step's new state is written
         nbytes = 2 * b * STATE + _act_bytes(b, 1) + b * HV * DV * ES
@@ -273,7 +285,11 @@ def run(quick: bool = False, ceiling: float | None = None, out_dir: Path | None 
         for case in bench.progress(cases(quick), "bench_gdn"):
             base = bench.rotating_copies(case.make, case.touched)
             for provider, fn in case.providers.items():
-                args = [(_fla_args(*a) if provider == "fla" else a) for a in base]
+                if isinstance(fn, tuple):  # (prep, call): the call's arguments made from each copy's
+                    prep, fn = fn
+                    args = [prep(*a) for a in base]
+                else:
+                    args = [(_fla_args(*a) if provider == "fla" else a) for a in base]
                 try:
                     us = bench.time_calls(fn, args)
                 except Exception as e:  # one broken peer must not lose the rest of the sweep
