@@ -9,14 +9,15 @@
 // Session 17 (H200): xshare_lab_17_first.txt (x hot), _split.txt (+ one warp per m16 tile),
 // xshare_lab_17.txt (final cluster-barrier form), _stasync.txt (partials by st.async, the kernel
 // now) and _bar.txt (the same run, cluster-barrier form).
-//   build/lab/xshare_lab              the table of every form
-//   build/lab/xshare_lab --profile    single launches for ncu: 1024x5120 at 1 and 16 rows, the stream
-//                                     kernel (nt 1) and the x-shared one (nt 1, 4 tile groups), twice each
+//   build/lab/xshare_lab [--n N] [--cold]   the table of every form (one weight; x cold only)
+//   build/lab/xshare_lab --profile    single launches for ncu, 1024x5120, twice each: the stream kernel
+//                                     at 1 row, the x-shared one (nt 2, 8 tile groups) at 16 and 32 rows
 // Also times an empty kernel in the same graph form (the launch floor of a call).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -83,11 +84,12 @@ int main(int argc, char** argv) {
     v.ksplit = 8;
     v.nt_narrow = 1;
     v.nt_wide = 2;
-    for (int m : {1, 16})
-      for (int rep = 0; rep < 2; ++rep) {
-        CK(launch_nvfp4_stream(Act::kBF16, d.params(rep, m, d.y, 2), v, false, nullptr));
-        launch_x(d.params(rep, m, d.y, 2), 1, 4, false, false, nullptr);
-      }
+    // the landed forms: the stream kernel at 1 row, the x-shared one (nt 2, 8 tile groups) at 16 and
+    // 32 rows; each twice (profile the second)
+    for (int rep = 0; rep < 2; ++rep) {
+      CK(launch_nvfp4_stream(Act::kBF16, d.params(rep, 1, d.y, 2), v, false, nullptr));
+      for (int m : {16, 32}) launch_x(d.params(rep, m, d.y, 2), 2, 8, false, false, nullptr);
+    }
     CK(cudaDeviceSynchronize());
     d.release();
     return 0;
@@ -98,7 +100,15 @@ int main(int argc, char** argv) {
     std::printf("empty kernel (128 x 256 threads) pdl %d: %.2f us\n", pdl, us);
   }
   std::printf("device %s, %d SMs; fp32 outputs; us per call\n", prop.name, prop.multiProcessorCount);
+  // --n N: that weight only; --cold: x cold only
+  int64_t only_n = 0;
+  bool cold_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--n") == 0 && i + 1 < argc) only_n = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--cold") == 0) cold_only = true;
+  }
   for (int64_t n : {int64_t(48), int64_t(96), int64_t(1024)}) {
+    if (only_n != 0 && n != only_n) continue;
     lab::Nvfp4Data d;
     d.alloc(n, kK, 32, size_t(prop.l2CacheSize));
     const int calls = std::max(200, 2 * d.copies);
@@ -108,7 +118,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&x, size_t(32) * kK * 2));
       CK(cudaMemcpy(x, d.x, size_t(32) * kK * 2, cudaMemcpyDeviceToDevice));
     }
-    for (int cold = 0; cold < 2; ++cold) {
+    for (int cold = cold_only ? 1 : 0; cold < 2; ++cold) {
     std::printf("-- x %s\n", cold ? "cold (rotating copies)" : "hot (one copy)");
     auto params = [&](int c, int m) {
       Nvfp4Params p = d.params(c, m, d.y, 2);
