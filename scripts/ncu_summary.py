@@ -76,6 +76,7 @@ def raw_summary(ncu: str, rep: str) -> list[str]:
 def sass_summary(ncu: str, rep: str, top: int) -> list[str]:
     rows = _csv([ncu, "-i", rep, "--page", "source", "--csv", "--print-source", "sass"])
     lines: list[str] = []
+    seen: set[tuple] = set()  # (ncu may print a kernel's table twice)
     i = 0
     while i < len(rows):  # one table per kernel: a header row, then its instructions
         head = rows[i]
@@ -89,6 +90,10 @@ def sass_summary(ncu: str, rep: str, top: int) -> list[str]:
         while i < len(rows) and "Source" not in rows[i]:
             body.append(rows[i])
             i += 1
+        key = tuple(tuple(r) for r in body)
+        if key in seen:
+            continue
+        seen.add(key)
         if samp is None:
             lines.append("(no sampling column: " + ", ".join(head[:12]) + ")")
             continue

@@ -31,8 +31,9 @@
 // warp's issue slots are what a token costs at small batch.)
 // A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
 // segment order; the 4 partials live in 4 adjacent lanes and are combined by three xor shuffles
-// issued together: lane s holds p_s and reads p_(s^1), p_(s^2), p_(s^3); its own pair's sum plus the
-// other pair's is (p0 + p1) + (p2 + p3) in every lane (addition is commutative: the same bits).
+// issued together (the verifies and the commit; the step: two xor steps, combine_segments): lane s
+// holds p_s and reads p_(s^1), p_(s^2), p_(s^3); its own pair's sum plus the other pair's is
+// (p0 + p1) + (p2 + p3) in every lane (addition is commutative: the same bits).
 //
 // Verify: the per-token vectors (kn, qn, v, decay, beta) do not depend on the state, so they are
 // computed for every token up front into shared memory, while the tile loads are in flight; the
