@@ -8,7 +8,8 @@
 //     benchmarks/lab/xshare_lab.cu csrc/gemm/nvfp4_stream_kernel.cu -o build/lab/xshare_lab
 // Session 17 (H200): xshare_lab_17_first.txt (x hot), _split.txt (+ one warp per m16 tile),
 // xshare_lab_17.txt (final cluster-barrier form), _stasync.txt (partials by st.async, the kernel
-// now) and _bar.txt (the same run, cluster-barrier form).
+// now) and _bar.txt (the same run, cluster-barrier form). Session 18: xshare_lab_18_quads.txt (--n
+// 1024 --cold: the landed kernel against x staged as A fragments, the latter slower; not kept).
 //   build/lab/xshare_lab [--n N] [--cold]   the table of every form (one weight; x cold only)
 //   build/lab/xshare_lab --profile    single launches for ncu, 1024x5120, twice each: the stream kernel
 //                                     at 1 row, the x-shared one (nt 2, 8 tile groups) at 16 and 32 rows
