@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
         sq = r0 + e == 0 ? mul(qx[0], qx[0]) : fma_rn(qx[e], qx[e], sq);
       }
     }
-    sk = combine_segments(sk);
-    sq = combine_segments(sq);
+    sk = combine_segments<false>(sk);
+    sq = combine_segments<false>(sq);
     const float rk = __fdiv_rn(1.f, __fsqrt_rn(add(sk, kL2Eps)));
     const float rq = __fdiv_rn(1.f, __fsqrt_rn(add(sq, kL2Eps)));
     const float d = decay_of(g_cur);
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
         u = r == 0 ? mul(S[r], kn) : fma_rn(S[r], kn, u);
       }
     }
-    u = combine_segments(u);
+    u = combine_segments<false>(u);
     const float dl = mul(sub(vv, u), b_cur);
     float o = 0.f;
 #pragma unroll
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_pipe(const LabParams p) {
         o = r == 0 ? mul(S[r], qn) : fma_rn(S[r], qn, o);
       }
     }
-    o = combine_segments(o);
+    o = combine_segments<false>(o);
     const Tile T = tile_at_index(t);
     const int slot = __ldg(p.slots + T.b);  // (read for this tile's copy: a cache hit)
     const int col = T.cb * kCols + lcol;
