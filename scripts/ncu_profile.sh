@@ -3,7 +3,7 @@
 # speed of light, pipes, scheduler and warp-stall sections, the register/occupancy launch stats.
 #   bash scripts/ncu_profile.sh OUT_DIR [CASE ...]   CASE = "name:args" as scripts/profile_kernels.py
 # NCU_SOURCE=1: also a full-set report per case and its per-SASS-instruction table (stall samples per
-# instruction) as OUT/<case>.sass.csv.
+# instruction) as OUT/<case>.sass.csv, summarized in OUT/<case>.summary.txt (scripts/ncu_summary.py).
 # Default cases: nvfp4 34816x5120 at 1/16/32 rows, fp8 at 1 row, head at 1 row, GDN step/chain/tree.
 set -uo pipefail
 out=${1:?usage: ncu_profile.sh OUT_DIR [CASE ...]}; shift
@@ -26,7 +26,8 @@ for c in "${cases[@]}"; do
     tag=${c//:/_}
     timeout 180 "$ncu_bin" --kernel-name "$k" --launch-skip 2 --launch-count 1 --set full -f -o "$out/$tag" \
       python3 scripts/profile_kernels.py $name ${args//:/ } > /dev/null 2>&1 &&
-      "$ncu_bin" -i "$out/$tag.ncu-rep" --page source --csv --print-source sass > "$out/$tag.sass.csv" 2>&1 ||
+      "$ncu_bin" -i "$out/$tag.ncu-rep" --page source --csv --print-source sass > "$out/$tag.sass.csv" 2>&1 &&
+      python3 scripts/ncu_summary.py "$out/$tag.ncu-rep" --sass 40 --ncu "$ncu_bin" > "$out/$tag.summary.txt" 2>&1 ||
       echo "ncu source page failed for $c" >> "$out/ncu.txt"
     rm -f "$out/$tag.ncu-rep"
   fi

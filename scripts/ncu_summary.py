@@ -97,7 +97,8 @@ def sass_summary(ncu: str, rep: str, top: int) -> list[str]:
         if samp is None:
             lines.append("(no sampling column: " + ", ".join(head[:12]) + ")")
             continue
-        reasons = [h for h in head if h.startswith("stall_") or "Stall" in h and h != samp and "Sampling" not in h]
+        # per-reason sample columns (the "(Not Issued)" twins only repeat them)
+        reasons = [h for h in head if h.startswith("stall_") and "Not Issued" not in h]
         tot = sum(_num(r[col[samp]]) or 0 for r in body)
         lines.append(f"-- SASS ({len(body)} instructions, {tot:.0f} samples); top {top}:")
         body.sort(key=lambda r: -(_num(r[col[samp]]) or 0))
