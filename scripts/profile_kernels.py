@@ -2,7 +2,8 @@
 
     ncu --kernel-name regex:skinny --launch-skip 2 --launch-count 1 python3 scripts/profile_kernels.py nvfp4 1
 
-Cases: nvfp4 M [N K], fp8 M [N K], head M, step B, chain T, tree N, rms M [H], add M [H], gated M. Random data of the real shapes
+Cases: nvfp4 M [N K], fp8 M [N K], head M, step B, chain T, tree N, treechain T (a chain-shaped
+tree, node i's parent i - 1, unsplit), rms M [H], add M [H], gated M. Random data of the real shapes
 (weights are random bytes: their values do not change the work a kernel does).
 """
 from __future__ import annotations
@@ -75,6 +76,11 @@ def case(name: str, a: int, n: int | None = None, k: int = 5120):
         sys.path.insert(0, "benchmarks")
         from bench_gdn import tree_parents
         par = torch.tensor([tree_parents(t)], device=DEV, dtype=torch.int32)
+        return lambda: OPS.gdn_tree_verify(q, kk, v, g, beta, pool, slots, par)
+    if name == "treechain":
+        import os
+        os.environ["QWEN38_GDN_TREE_SPLIT"] = "1"
+        par = torch.arange(-1, t - 1, device=DEV, dtype=torch.int32)[None]
         return lambda: OPS.gdn_tree_verify(q, kk, v, g, beta, pool, slots, par)
     raise SystemExit(f"unknown case {name!r}")
 
