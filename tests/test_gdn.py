@@ -352,7 +352,7 @@ def test_tree_verify_and_commit_fuzz(trees, data):
 def test_tree_launches_of_any_size_in_any_order():
     """Tree verifies whose shared memory differs, in the order that once failed: a 1-node tree at
     B = 1 (192 CTAs, spread by more dynamic shared memory than it needs, QWEN38_SPREAD) after a
-    32-node one (~59 KB a CTA, above the default 48 KB). The launcher used to set the kernel's limit
+    larger one (64 nodes: ~83 KB a CTA, above the default 48 KB). The launcher used to set the kernel's limit
     to each call's own size, below the spread's size cached by the earlier call, and the launch failed
     with "invalid argument" (seen once in test_tree_verify_and_commit_fuzz). Each call equals the
     reference."""

@@ -44,7 +44,7 @@
 // is not the state held, the state after p is taken from a second register copy R, which holds the
 // state after the last node seen that has a child beyond its first (a node whose subtree is being
 // visited: for the usual speculation trees, a spine with several children per node, the parent
-// whenever one is needed), or else rebuilt from the committed tile (kept in shared memory) by
+// whenever one is needed), or else rebuilt from the committed tile (read again from the pool) by
 // replaying the path root..p with the stored per-node decay and delta:
 // S = fma(kn_a, delta_a, S * d_a) - the step's own two roundings, with the very operands the step
 // used, so the replayed state is bit-identical to the stepped one (a node's state has the same bits
@@ -111,24 +111,24 @@ static_assert(kThreads == kSegs * kCols, "one thread per (segment, column)");
 static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping below assumes 32-row segments, 4 warps");
 
 // ---- shared memory layout ----------------------------------------------------------------------
-// [stash: kSegLen x kThreads floats, tree only][x: N x kinds x kVecFloats][vd: N x kCols][dec: N]
-// [bet: N][par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4] (floats, then ints)
+// [x: N x kinds x kVecFloats][vd: N x kCols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T]
+// [path: kWarps x kPathLen][info: 4] (floats, then ints). No copy of the state tile: a tree rebuild
+// from the committed state reads it from the pool again. (GB10 holds ~100 KB of shared memory an
+// SM: with a 16 KB copy the 32-node tree CTA took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in
+// 4 waves on 48 SMs; at 42 KB, 2 an SM and 2 waves.)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
-__host__ __device__ constexpr size_t stash_bytes(Mode m) {
-  return m == Mode::kTree ? size_t(kSegLen) * kThreads * sizeof(float) : 0;
-}
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
 }
 __host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(4) * tokens + kWarps * kPathLen + 4; }
 __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
-  return stash_bytes(m) + smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
+  return smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
 }
 // The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
 static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
-// Staged vectors and their segments start 16-byte aligned (smem_raw is; the stash keeps it so).
-static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0 && stash_bytes(Mode::kTree) % 16 == 0, "16-byte segments");
+// Staged vectors and their segments start 16-byte aligned (smem_raw is).
+static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0, "16-byte segments");
 
 // ---- loads -------------------------------------------------------------------------------------
 // Loads whose values are used later come in two halves: the load of the raw bits (nothing waits for
@@ -375,8 +375,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
   const int N = staged_capacity(MODE, Tm);
 
-  float* stash = reinterpret_cast<float*>(smem_raw);
-  float* xs = reinterpret_cast<float*>(smem_raw + stash_bytes(MODE));
+  float* xs = reinterpret_cast<float*>(smem_raw);
   float* vd = xs + size_t(N) * kKinds * kVecFloats;
   float* dec = vd + size_t(N) * kCols;
   float* bet = dec + N;
@@ -733,6 +732,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
       S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
   }
+  // (kTree) row r of the committed state, for a rebuild from the root: the pool tile as loaded, or
+  // (CIV) as this thread just stored it (a plain load: the read-only path does not see this
+  // kernel's own stores). Only this CTA writes these elements (a repeated slot's later sequences
+  // do not run), so the tile holds the committed state for the whole launch.
+  auto committed = [&](int r) { return !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV]; };
 
   T* out = static_cast<T*>(p.out);
   auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col; };
@@ -774,7 +778,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : stash[r * kThreads + tid];
+          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : committed(r);
           const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
@@ -958,10 +962,6 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();
 
-  if (MODE == Mode::kTree) {  // the loaded (or just committed) tile, for rebuilding an ancestor's state
-#pragma unroll
-    for (int r = 0; r < kSegLen; ++r) stash[r * kThreads + tid] = S[r];
-  }
   run_tokens(ModeTag<MODE>{}, MODE == Mode::kTree ? nv : n, vlist, nanc);
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
