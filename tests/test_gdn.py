@@ -352,10 +352,10 @@ def test_tree_verify_and_commit_fuzz(trees, data):
 def test_tree_launches_of_any_size_in_any_order():
     """Tree verifies whose shared memory differs, in the order that once failed: a 1-node tree at
     B = 1 (192 CTAs, spread by more dynamic shared memory than it needs, QWEN38_SPREAD) after a
-    larger one (64 nodes: ~83 KB a CTA, above the default 48 KB). The launcher used to set the kernel's limit
-    to each call's own size, below the spread's size cached by the earlier call, and the launch failed
-    with "invalid argument" (seen once in test_tree_verify_and_commit_fuzz). Each call equals the
-    reference."""
+    larger one (64 nodes: ~83 KB a CTA, above the default 48 KB). The launcher used to set the
+    kernel's limit to each call's own size, below the spread's size cached by the earlier call, and
+    the launch failed with "invalid argument" (seen once in test_tree_verify_and_commit_fuzz). Each
+    call equals the reference."""
     for t in (1, 32, 1, 64, 1, 16, 1):
         q, k, v, g, beta, pool = _inputs(1, t, seed=t, n_slots=2)
         parents = _pad_parents([list(range(-1, t - 1))], t)  # a chain-shaped tree
