@@ -78,10 +78,10 @@ def case(name: str, a: int, n: int | None = None, k: int = 5120):
         par = torch.tensor([tree_parents(t)], device=DEV, dtype=torch.int32)
         return lambda: OPS.gdn_tree_verify(q, kk, v, g, beta, pool, slots, par)
     if name == "treechain":
-        import os
-        os.environ["QWEN38_GDN_TREE_SPLIT"] = "1"
+        from qwen38_kernels.bench import with_knobs
         par = torch.arange(-1, t - 1, device=DEV, dtype=torch.int32)[None]
-        return lambda: OPS.gdn_tree_verify(q, kk, v, g, beta, pool, slots, par)
+        unsplit = with_knobs(OPS.gdn_tree_verify, QWEN38_GDN_TREE_SPLIT="1")
+        return lambda: unsplit(q, kk, v, g, beta, pool, slots, par)
     raise SystemExit(f"unknown case {name!r}")
 
 

@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(case, m, round(us, 2), flush=True)
 
     slot = lambda: torch.zeros(1, device="cuda", dtype=torch.int32)  # noqa: E731
-    chain = lambda q, k, v, g, beta, pool, s: OPS.gdn_chain_verify(q, k, v, g, beta, pool, s)  # noqa: E731
-    tree = lambda q, k, v, g, beta, pool, s, p: OPS.gdn_tree_verify(q, k, v, g, beta, pool, s, p)  # noqa: E731
+    chain, tree = OPS.gdn_chain_verify, OPS.gdn_tree_verify
     unsplit = bench.with_knobs(tree, QWEN38_GDN_TREE_SPLIT="1")
     with knobs.override(QWEN38_GDN_CHECK_INDICES="0"):
         for t in CHAIN_T:

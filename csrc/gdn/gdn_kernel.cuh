@@ -727,16 +727,16 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   float S[kSegLen];
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
+  // Row r of the tile: a verify never writes the pool (read-only path); the others, and a verify
+  // with the commit folded in, read it plain (the read-only path does not see this kernel's own
+  // stores). Read again by a tree rebuild from the root: the tile then holds the committed state
+  // (as loaded, or as this thread just stored it; only this CTA writes these elements: a repeated
+  // slot's later sequences do not run).
+  auto tile_row = [&](int r) { return kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV]; };
   if (live && (n > 0 || nc > 0)) {
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r)  // a verify never writes the pool: read-only path
-      S[r] = kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV];
+    for (int r = 0; r < kSegLen; ++r) S[r] = tile_row(r);
   }
-  // (kTree) row r of the committed state, for a rebuild from the root: the pool tile as loaded, or
-  // (CIV) as this thread just stored it (a plain load: the read-only path does not see this
-  // kernel's own stores). Only this CTA writes these elements (a repeated slot's later sequences
-  // do not run), so the tile holds the committed state for the whole launch.
-  auto committed = [&](int r) { return !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV]; };
 
   T* out = static_cast<T*>(p.out);
   auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col; };
@@ -778,7 +778,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : committed(r);
+          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : tile_row(r);
           const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
