@@ -67,7 +67,8 @@ def test_every_e4m3_code_is_decoded_exactly(xdt):
                                        (128, 5120, 8, 2), (96, 6144, 8, 2), (64, 17408, 8, 2)])
 def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_variant):
     """1..32 rows of a served shape go through the register-stream kernel (QWEN38_FP8_STREAM=1, the
-    default; 17..32 rows with a second m16 tile, except 4 tiles at k split 8); with the knob at 0
+    default: at 2 and 4 tiles a warp its transposed form, one instantiation per 8 rows of x, except
+    4 tiles at k split 8); with the knob at 0
     the skinny kernel computes them (narrow: at 17..32 rows): the same bits at every row count, bf16
     and fp16 activations, with bias and fp32 output, from a strided x (N = 384: three scale rows);
     and every row of a 32-row call agrees with its 1-row call."""

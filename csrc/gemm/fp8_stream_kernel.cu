@@ -1,22 +1,28 @@
-// Instantiations and launch of the FP8 register-stream kernel (fp8_stream_kernel.cuh): 1..16 rows
-// with 2 tiles per warp (or 4 at k splits 2 and 4: k split 8 with 4 tiles would spill under the
-// 128-register cap of 256-thread blocks) (stream_launch.cuh); 17..32 rows with a second m16 tile,
-// 2 or 4 tiles per warp alike (sm_90a 178-230 registers, no spills; k split 8 with 4 tiles spills
-// on sm_121a at 255). Session 6 measured the 2-tile wide form 8-20% slower than the skinny kernel
-// at 32 rows; the 4-tile form is new (QWEN38_FP8_STREAM=narrow: 1..16 rows only, for the A/B).
-// 1 tile a warp at K 5120 with k split 8 (the model's 48- to 1024-row weights: every step in
-// flight at once, the activations a step ahead, as in nvfp4_stream_kernel.cuh), with the cluster
-// form (stream_common.cuh kFp8StreamClusters).
+// Instantiations and launch of the FP8 register-stream kernels (fp8_stream_kernel.cuh): 1 tile a
+// warp at K 5120 with k split 8 (the model's 48- to 1024-row weights: every step in flight at once,
+// the activations a step ahead, as in nvfp4_stream_kernel.cuh), the x-as-A form, 1..16 and 17..32
+// rows, with the cluster form (stream_common.cuh kFp8StreamClusters); 2 and 4 tiles a warp (4 at
+// k splits 2 and 4 only: k split 8 with 4 tiles would spill under the 128-register cap of 256-thread
+// blocks) the transposed form, one instantiation per group count of 8 rows (kRowGroups), 1..4.
+// QWEN38_FP8_STREAM=narrow keeps 17..32 rows on the skinny kernel (for the A/B).
 #include "gemm/fp8_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 
 namespace qwen38::gemm {
 namespace {
 
+// NT > 1: the transposed kernel, MT counting groups of 8 rows (kRowGroups)
+template <typename T, int K, int KS, int NT, int MT>
+constexpr auto fp8_stream_fn() {
+  if constexpr (NT == 1) return fp8_stream_kernel<T, K, KS, NT, MT>;
+  else return fp8_stream_t_kernel<T, K, KS, NT, MT>;
+}
+
 struct Fp8StreamOf {
   template <typename T, int K, int KS, int NT, int MT>
-  static constexpr auto fn = fp8_stream_kernel<T, K, KS, NT, MT>;
+  static constexpr auto fn = fp8_stream_fn<T, K, KS, NT, MT>();
   static constexpr bool kWide = true;  // (4 tiles at k split 8: neither row range, see above)
+  static constexpr bool kRowGroups = true;
   static constexpr bool kKs8Nt4 = false;
   template <int K, int KS>
   static constexpr bool kClusters = kFp8StreamClusters<K, KS>;

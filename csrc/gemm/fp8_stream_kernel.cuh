@@ -6,7 +6,9 @@
 //
 // Served: 1..32 rows (17..32: MT 2, a second m16 tile), K in {5120, 6144, 17408}, N a multiple of
 // 8 NT, a compiled (k split, NT) (fp8_stream_kernel.cu); other shapes take the skinny kernel (same
-// bits). Rows at or past M read the static zero row.
+// bits). Rows at or past M read the static zero row. Two forms: fp8_stream_kernel (the activations
+// as the mma A operand, as the skinny kernel; 1 tile a warp) and fp8_stream_t_kernel below (the
+// weights as A: 2 and 4 tiles a warp, the launcher's choice there), the same bits.
 //
 //   step s of warp w (its contiguous steps [w S / KS, (w+1) S / KS)): thread (g, t) holds
 //   W[n + g][128 s + 32 t .. + 31] of each tile (two 16-byte loads) and the tile's fp32 block
@@ -15,6 +17,8 @@
 //   Per tile and step the 8 mmas sum the block from zero, then acc = acc + fp32(S_b * scale).
 //   1 tile a warp (K 5120, k split 8) and the cluster form: as in nvfp4_stream_kernel.cuh.
 #pragma once
+
+#include <type_traits>
 
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
@@ -42,9 +46,10 @@ constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
   ((KSPLIT) == 4 && (NT) == 2 && (MT) == 1 ? 4 : QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
 #endif
 
+// The x-as-A form's body (fp8_stream_kernel below; also the sm_121a body of the transposed kernel
+// at 4 tiles a warp and 17..32 rows).
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
-    fp8_stream_kernel(const Fp8BlockParams p) {
+__device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
   // weights in flight from the start, and the activations a whole step (4 words) ahead
@@ -170,6 +175,196 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPL
   for (int nt = 0; nt < NT; ++nt)
     reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp_e, g, t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m,
                                  p.n, nb_e + 8 * nt);
+}
+
+template <typename T, int K, int KSPLIT, int NT, int MT>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+    fp8_stream_kernel(const Fp8BlockParams p) {
+  fp8_stream_xa<T, K, KSPLIT, NT, MT>(p);
+}
+
+// ---- the transposed form: weights as the mma A operand ----------------------------------------
+// The same words, steps, k slots and sums as fp8_stream_kernel (the x-as-A form), with the roles of
+// the operands swapped: two 8-row weight tiles (2i, 2i+1) form the 16 rows of an A operand (a0 / a2: row g of
+// tile 2i, a1 / a3: row g of tile 2i+1, slots (2t, 2t+1) / (2t+8, 2t+9) from the low / high half of
+// word j, as b0 / b1 before), and each 8-row group nx of activations is a B operand (column g = row
+// 8 nx + g of x: b0 / b1 = registers .x / .y of word q for mma 2q, .z / .w for 2q+1: the loaded
+// registers themselves). D[i][j] = (weight row, x row) holds the very dot product C[j][i] held, from
+// the same products in the same slots (the lab and the GPU tests: the same bits as the skinny kernel
+// at every row count, bf16 and fp16). What changes: no register of an operand is copied (the A
+// operand of the x-as-A form interleaves rows g and g + 8 of x, and ptxas copied it again for each
+// tile: 100 of 498 SASS instructions a warp step at 4 tiles and 1..16 rows, 207 of 680 at 17..32),
+// the high e4m3 pair of a word goes to the conversion without a shift, and NX (the 8-row groups of
+// x a call needs, ceil(M / 8)) is compiled: 1..8 rows run half the mmas of an m16 tile. sm_90a SASS
+// at 4 tiles a warp, bf16: 316 / 354 / 428 instructions a step at 1 / 2 / 4 groups.
+// H200 (benchmarks/lab/fp8_t_lab.cu, benchmarks/results/h200/fp8_t_lab_s20.txt, bf16, x-as-A ->
+// transposed): 34816x5120 at 1 / 8 rows 57.1 / 59.1 -> 50.8 / 52.0 us, 17 / 32 rows 98.7 / 108.1 ->
+// 76.9 / 93.6; 12288x5120 at 1 row 22.8 -> 18.9; 16384x5120 (2 tiles) 31.8 -> 27.0; 5120x17408
+// (k split 8, 2 tiles) 42.8 -> 37.5. At 9..16 rows and 4 tiles (181 registers, 2 blocks an SM
+// against 3) it lost on 3 of 4 shapes: fp8_t_runs_xa below.
+// The weight buffers rotate over kD + 1 register sets (a step unrolled per set), so the loads of step
+// s + kD go into the set step s - 1 used: no copy of the words being decoded.
+template <typename T>
+__device__ __forceinline__ uint32_t e4m3_half_to(uint32_t w, int half) {
+  uint32_t h;
+  if (half == 0)
+    asm("{\n .reg .b16 l, u;\n mov.b32 {l, u}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(h) : "r"(w));
+  else
+    asm("{\n .reg .b16 l, u;\n mov.b32 {l, u}, %1;\n cvt.rn.f16x2.e4m3x2 %0, u;\n}" : "=r"(h) : "r"(w));
+  if constexpr (std::is_same_v<T, __half>) {
+    return h;
+  } else {
+    const float2 f = __half22float2(nvfp4::as_h2(h));  // exact
+    return nvfp4::as_u32(__floats2bfloat162_rn(f.x, f.y));
+  }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
+  static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
+  constexpr int MT = NX > 2 ? 2 : 1;  // the reduction's rows: 16 MT
+  constexpr int kA = NT / 2;          // 16-row A operands
+  constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;
+  // steps ahead (2 tiles a warp: 2, but 1 in the 256-thread blocks held to 128 registers), register sets
+  constexpr int kD = NT == 2 && KSPLIT < 8 ? 2 : 1, kR = kD + 1;
+  static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  constexpr bool kCl = kFp8StreamClusters<K, KSPLIT>;
+  if constexpr (kCl)
+    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster_with
+  const StreamTile tile = stream_tile<kCl>(8 * NT);
+  const int lane = threadIdx.x % 32, warp = tile.warp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nb = tile.n0;
+  const int s0 = warp * kSW;
+  const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
+  const float* scp[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) scp[nt] = p.scale + ((nb + 8 * nt) / 128) * kSteps + s0;
+  const T* xr[NX];  // row 8 nx + g of x (or the zero row), at this thread's first k
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
+
+  uint4 wb[kR][NT][2];
+  float sb[kR][NT];
+  auto load_step = [&](int set, int ss) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wb[set][nt][0] = stream::load_w(wp + nt * 8 * K + kStepK * ss);
+      wb[set][nt][1] = stream::load_w(wp + nt * 8 * K + kStepK * ss + 16);
+      sb[set][nt] = __ldg(scp[nt] + ss);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < kD; ++d) load_step(d, d);
+  pdl_wait();
+  pdl_allow();
+
+  float acc[kA][NX][4];
+  stream::zero_fill(acc);
+  // the activations one word ahead at 1..16 rows; at 17..32 (3 or 4 groups) loaded at their use: the
+  // 16 registers of a word ahead spill the 4-tile kernel (sm_121a)
+  constexpr bool kXAhead = NX <= 2;
+  constexpr int kAI = NX <= 2 ? kA : 1;
+
+  stream::XWords<false, NX> xw;
+
+#pragma unroll 1
+  for (int s = 0; s < kSW; s += kR) {
+#pragma unroll
+    for (int d = 0; d < kR; ++d) {
+      if (kSW % kR != 0 && s + d >= kSW) break;
+      const int ss = s + d;
+      if (ss + kD < kSW) load_step((d + kD) % kR, ss + kD);  // into the set step ss - 1 used
+      float blk[kA][NX][4];
+      stream::zero_fill(blk);
+      stream::x_step(xw, xr, ss);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 xc[NX];
+        stream::x_word(xc, xw, xr, ss, q, kSW);
+#pragma unroll
+        for (int i = 0; i < kA; ++i) {
+          const uint4* w0 = wb[d][2 * i];
+          const uint4* w1 = wb[d][2 * i + 1];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int j = 2 * q + r;  // mma j: bytes 4j .. 4j+3 = word j of the 32 bytes
+            const uint32_t u0 = word_of(w0[j / 4], j % 4), u1 = word_of(w1[j / 4], j % 4);
+            const uint32_t a[4] = {e4m3_half_to<T>(u0, 0), e4m3_half_to<T>(u1, 0), e4m3_half_to<T>(u0, 1),
+                                   e4m3_half_to<T>(u1, 1)};
+#pragma unroll
+            for (int nx = 0; nx < NX; ++nx)
+              mma_16816<T>(blk[i][nx], a, r == 0 ? xc[nx].x : xc[nx].z, r == 0 ? xc[nx].y : xc[nx].w);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kA; ++i)
+#pragma unroll
+        for (int nx = 0; nx < NX; ++nx)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[i][nx][e] = __fadd_rn(acc[i][nx][e], __fmul_rn(blk[i][nx][e], sb[d][2 * i + e / 2]));
+    }
+  }
+
+  // D element e of (i, nx): weight row g of tile 2i + e / 2, x row 8 nx + 2t + e % 2
+  const StreamTile tile_e = stream_tile<kCl>(8 * NT);
+  const int warp_e = tile_e.warp;
+  const int64_t nb_e = tile_e.n0;
+  if constexpr (kCl) {
+    if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
+      extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)
+      auto put = [&](auto at) {
+#pragma unroll
+        for (int i = 0; i < kA; ++i)
+#pragma unroll
+          for (int nx = 0; nx < NX; ++nx)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) at(2 * i + e / 2, 8 * nx + 2 * t + e % 2, g, acc[i][nx][e]);
+      };
+      reduce_and_store_cluster_with<MT, KSPLIT, NT>(reinterpret_cast<float*>(cluster_buf), put, cl.rank, warp_e, 1.0f,
+                                                    1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e);
+      return;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int nx = 0; nx < NX; ++nx)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) partial[warp_e][8 * nx + 2 * t + e][g] = acc[nt / 2][nx][2 * (nt % 2) + e];
+    store_partials<MT, KSPLIT>(partial, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e + 8 * nt);
+  }
+}
+
+// Where the transposed kernel runs the x-as-A body instead (the same bits): 4 tiles a warp at 9..16
+// rows (2 groups: 181 registers on sm_90a, 2 blocks an SM, slower than the x-as-A body's 164 at 3 in
+// the lab on 3 of 4 shapes; at 168 it spills), and at 17..32 rows on sm_121a (255 registers and a
+// spill; sm_90a: 223 / 254, no spill) and with fp16 at k split 2 and 4 groups on sm_90a (a spill).
+template <typename T, int KSPLIT, int NT, int NX>
+constexpr bool fp8_t_runs_xa() {
+  if constexpr (NT != 4 || NX < 2) return false;
+  if constexpr (NX == 2) return true;
+#ifdef QWEN38_HW_E2M1
+  return true;
+#else
+  return std::is_same_v<T, __half> && KSPLIT == 2 && NX == 4;
+#endif
+}
+
+// The transposed kernel, NX = ceil(M / 8) groups of 8 rows of x (the launch bounds: as the x-as-A
+// kernel's for the same rows).
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))
+    fp8_stream_t_kernel(const Fp8BlockParams p) {
+  if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
+  else fp8_stream_t<T, K, KSPLIT, NT, NX>(p);
 }
 
 }  // namespace qwen38::gemm

@@ -11,6 +11,7 @@ struct Nvfp4StreamOf {
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto fn = nvfp4_stream_kernel<T, K, KS, NT, MT>;
   static constexpr bool kWide = true;
+  static constexpr bool kRowGroups = false;
   static constexpr bool kKs8Nt4 = true;
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;

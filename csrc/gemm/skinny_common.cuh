@@ -89,8 +89,25 @@ __device__ __forceinline__ void store_one(Part part, float unscale, float gscale
   store_out(y, out, r * n + nn, v);
 }
 
+// A tile's outputs from the k-split warps' partials in `partial` (every warp has written its own,
+// then a barrier): each output of the 8-column tile stored by store_one. Ends with a barrier:
+// `partial` can be reused at once.
+template <int MT, int KSPLIT>
+__device__ __forceinline__ void store_partials(float (&partial)[KSPLIT][MT * 16][8], float unscale, float gscale,
+                                               const void* bias, int bias_dtype, void* y, int out, int64_t m,
+                                               int64_t n, int64_t n0) {
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
+    const int r = idx / 8, c = idx % 8;
+    const int64_t nn = n0 + c;
+    if (r >= m || nn >= n) continue;
+    store_one<KSPLIT>([&](int w) { return partial[w][r][c]; }, unscale, gscale, bias, bias_dtype, y, out, r, n, nn);
+  }
+  __syncthreads();
+}
+
 // Every warp's C fragments to shared memory; after a barrier each output of the 8-column tile is
-// stored by store_one. Ends with a barrier: `partial` can be reused at once.
+// stored by store_one (store_partials).
 template <int MT, int KSPLIT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[MT][4],
                                                  int warp, int g, int t, float unscale, float gscale,
@@ -103,14 +120,7 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 1
     partial[warp][mt * 16 + g + 8][2 * t] = acc[mt][2];
     partial[warp][mt * 16 + g + 8][2 * t + 1] = acc[mt][3];
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < MT * 16 * 8; idx += 32 * KSPLIT) {
-    const int r = idx / 8, c = idx % 8;
-    const int64_t nn = n0 + c;
-    if (r >= m || nn >= n) continue;
-    store_one<KSPLIT>([&](int w) { return partial[w][r][c]; }, unscale, gscale, bias, bias_dtype, y, out, r, n, nn);
-  }
-  __syncthreads();
+  store_partials<MT, KSPLIT>(partial, unscale, gscale, bias, bias_dtype, y, out, m, n, n0);
 }
 
 // The cluster form (QWEN38_SKINNY_CLUSTER, stream_launch.cuh): the KSPLIT warps of an output tile
@@ -120,24 +130,18 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[KSPLIT][MT * 1
 // every output through store_one in the same warp order: the bits of reduce_and_store. The caller
 // arrived on the cluster barrier at its start (cluster_arrive_relaxed): the wait here also makes
 // sure CTA 0 runs before anything is written into its shared memory.
-template <int MT, int KSPLIT, int NT>
-__device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float (&acc)[NT][MT][4], int rank,
-                                                         int warp, int g, int t, float unscale, float gscale,
-                                                         const void* bias, int bias_dtype, void* y, int out,
-                                                         int64_t m, int64_t n, int64_t nb) {
+template <int MT, int KSPLIT, int NT, typename Put>
+__device__ __forceinline__ void reduce_and_store_cluster_with(float* buf, Put put, int rank, int warp,
+                                                              float unscale, float gscale, const void* bias,
+                                                              int bias_dtype, void* y, int out, int64_t m, int64_t n,
+                                                              int64_t nb) {
   constexpr int kTile = MT * 16 * 8;  // floats of one warp's partial of one 8-column tile
   cluster_wait();
   const uint32_t base = cluster_map(buf, 0);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const uint32_t at = base + 4u * uint32_t((nt * KSPLIT + warp) * kTile + (mt * 16 + g) * 8 + 2 * t);
-      cluster_store(at, acc[nt][mt][0]);
-      cluster_store(at + 4, acc[nt][mt][1]);
-      cluster_store(at + 4 * 64, acc[nt][mt][2]);  // row g + 8
-      cluster_store(at + 4 * 64 + 4, acc[nt][mt][3]);
-    }
+  // put(at): this warp's fragments, element (row r, column c) of tile nt stored by at(nt, r, c, v)
+  put([&](int nt, int r, int c, float v) {
+    cluster_store(base + 4u * uint32_t((nt * KSPLIT + warp) * kTile + r * 8 + c), v);
+  });
   cluster_arrive_release();
   cluster_wait();
   if (rank != 0) return;
@@ -148,6 +152,25 @@ __device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float
     const float* p = buf + nt * KSPLIT * kTile + r * 8 + c;
     store_one<KSPLIT>([&](int w) { return p[w * kTile]; }, unscale, gscale, bias, bias_dtype, y, out, r, n, nn);
   }
+}
+template <int MT, int KSPLIT, int NT>
+__device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float (&acc)[NT][MT][4], int rank,
+                                                         int warp, int g, int t, float unscale, float gscale,
+                                                         const void* bias, int bias_dtype, void* y, int out,
+                                                         int64_t m, int64_t n, int64_t nb) {
+  auto put = [&](auto at) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        at(nt, mt * 16 + g, 2 * t, acc[nt][mt][0]);
+        at(nt, mt * 16 + g, 2 * t + 1, acc[nt][mt][1]);
+        at(nt, mt * 16 + g + 8, 2 * t, acc[nt][mt][2]);
+        at(nt, mt * 16 + g + 8, 2 * t + 1, acc[nt][mt][3]);
+      }
+  };
+  reduce_and_store_cluster_with<MT, KSPLIT, NT>(buf, put, rank, warp, unscale, gscale, bias, bias_dtype, y, out, m,
+                                                n, nb);
 }
 
 }  // namespace qwen38::gemm

@@ -8,6 +8,8 @@
 // either row range), `template <int K, int KS> kClusters` (the kernel carries the cluster form:
 // stream_common.cuh) and `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks
 // an SM by wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
+// `kRowGroups` (FP8): the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of
+// x, ceil(M / 8) = 1..4 (fp8_stream_t_kernel), passed as the MT argument; the others per m16 tile.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -140,11 +142,12 @@ struct StreamLaunch {
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
     const int64_t tiles = p.n / (8 * NT);
     auto fn = Of::template fn<T, K, KS, NT, MT>;
+    constexpr int kMt = reduce_mt<NT, MT>();  // m16 tiles of the partials
     int cl = 1;
     if constexpr (Of::template kClusters<K, KS>)
-      if (cudaError_t e = cluster_of(fn, p, KS, NT * MT, tiles, &cl)) return e;
+      if (cudaError_t e = cluster_of(fn, p, KS, NT * kMt, tiles, &cl)) return e;
     const dim3 grid(unsigned(tiles * cl)), block(unsigned(32 * KS / cl));
-    const size_t need = cluster_smem(cl, KS, NT * MT);
+    const size_t need = cluster_smem(cl, KS, NT * kMt);
     int cap = 0;  // blocks an SM: QWEN38_SPREAD (launch.cuh), then wave_fit
     if (cudaError_t e = spread_cap(grid.x, &cap)) return e;
     if constexpr (Of::template kWaveFit<KS, NT, MT>) {
@@ -157,9 +160,25 @@ struct StreamLaunch {
     return launch_kernel_cluster(fn, grid, block, smem, stream, pdl, cl, p);
   }
 
-  // (ksplit, nt, m16 tiles) -> an instantiation, or null when not compiled for K
+  // the m16 tiles of the partials of an instantiation (MT: groups of 8 rows with kRowGroups at NT > 1)
+  template <int NT, int MT>
+  static constexpr int reduce_mt() { return Of::kRowGroups && NT > 1 ? (MT > 2 ? 2 : 1) : MT; }
+  // kRowGroups at NT > 1: the instantiation for `g` groups of 8 rows (1..4); MT2: 0 for 1..16 rows, 1
+  // for 17..32 (g is then 1..2 or 3..4)
+  template <typename T, int K, int KS, int NT>
+  static Fn by_groups(int g) {
+    if (g <= 2) return g == 1 ? one<T, K, KS, NT, 1> : one<T, K, KS, NT, 2>;
+    return g == 3 ? one<T, K, KS, NT, 3> : one<T, K, KS, NT, 4>;
+  }
+  template <typename T, int K, int KS, int NT, int MT>
+  static Fn one_of(int g) {
+    if constexpr (Of::kRowGroups) return by_groups<T, K, KS, NT>(g);
+    else return one<T, K, KS, NT, MT>;
+  }
+
+  // (ksplit, nt, m16 tiles, groups of 8 rows) -> an instantiation, or null when not compiled for K
   template <typename T, int K>
-  static Fn pick(int ks, int nt, int mt) {
+  static Fn pick(int ks, int nt, int mt, int g) {
     if (nt == 1) {  // 1 tile a warp: K 5120 at k split 8 only (the model's 48- to 1024-row weights)
       if constexpr (K == 5120)
         if (ks == 8) {
@@ -172,32 +191,32 @@ struct StreamLaunch {
       if constexpr (Of::kWide) {
         if (nt != 2 && nt != 4) return nullptr;
         if constexpr (K == 5120) {
-          if (ks == 2) return nt == 4 ? one<T, K, 2, 4, 2> : one<T, K, 2, 2, 2>;
-          if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 2> : one<T, K, 4, 2, 2>;
+          if (ks == 2) return nt == 4 ? one_of<T, K, 2, 4, 2>(g) : one_of<T, K, 2, 2, 2>(g);
+          if (ks == 4) return nt == 4 ? one_of<T, K, 4, 4, 2>(g) : one_of<T, K, 4, 2, 2>(g);
         }
         if (ks != 8) return nullptr;
         if constexpr (Of::kKs8Nt4)
-          if (nt == 4) return one<T, K, 8, 4, 2>;
-        return nt == 2 ? one<T, K, 8, 2, 2> : nullptr;
+          if (nt == 4) return one_of<T, K, 8, 4, 2>(g);
+        return nt == 2 ? one_of<T, K, 8, 2, 2>(g) : nullptr;
       } else {
         return nullptr;
       }
     }
     if constexpr (K == 5120) {  // k splits 2 and 4 serve K = 5120 only (the tables' choices)
-      if (ks == 2) return nt == 4 ? one<T, K, 2, 4, 1> : nt == 2 ? one<T, K, 2, 2, 1> : nullptr;
-      if (ks == 4) return nt == 4 ? one<T, K, 4, 4, 1> : nt == 2 ? one<T, K, 4, 2, 1> : nullptr;
+      if (ks == 2) return nt == 4 ? one_of<T, K, 2, 4, 1>(g) : nt == 2 ? one_of<T, K, 2, 2, 1>(g) : nullptr;
+      if (ks == 4) return nt == 4 ? one_of<T, K, 4, 4, 1>(g) : nt == 2 ? one_of<T, K, 4, 2, 1>(g) : nullptr;
     }
     if (ks != 8) return nullptr;
     if constexpr (Of::kKs8Nt4)
-      if (nt == 4) return one<T, K, 8, 4, 1>;
-    return nt == 2 ? one<T, K, 8, 2, 1> : nullptr;
+      if (nt == 4) return one_of<T, K, 8, 4, 1>(g);
+    return nt == 2 ? one_of<T, K, 8, 2, 1>(g) : nullptr;
   }
 
   template <typename T>
-  static Fn pick_k(int64_t k, int ks, int nt, int mt) {
-    if (k == 5120) return pick<T, 5120>(ks, nt, mt);
-    if (k == 6144) return pick<T, 6144>(ks, nt, mt);
-    if (k == 17408) return pick<T, 17408>(ks, nt, mt);
+  static Fn pick_k(int64_t k, int ks, int nt, int mt, int g) {
+    if (k == 5120) return pick<T, 5120>(ks, nt, mt, g);
+    if (k == 6144) return pick<T, 6144>(ks, nt, mt, g);
+    if (k == 17408) return pick<T, 17408>(ks, nt, mt, g);
     return nullptr;
   }
 
@@ -207,9 +226,10 @@ struct StreamLaunch {
 
   // the instantiation serving a call, or null (rows, N not a multiple of 8 NT, K or variant not compiled)
   static Fn find(Act act, const P& p, const SkinnyVariant& v) {
-    const int nt = tiles_n(p, v), mt = tiles_m(p);
+    const int nt = tiles_n(p, v), mt = tiles_m(p), g = int((p.m + 7) / 8);
     if (p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0 || p.n % (8 * nt) != 0) return nullptr;
-    return act == Act::kBF16 ? pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, mt) : pick_k<__half>(p.k, v.ksplit, nt, mt);
+    return act == Act::kBF16 ? pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, mt, g)
+                             : pick_k<__half>(p.k, v.ksplit, nt, mt, g);
   }
 
   static bool serves(const P& p, const SkinnyVariant& v) { return find(Act::kBF16, p, v) != nullptr; }
