@@ -15,7 +15,7 @@ sections="--section SpeedOfLight --section LaunchStats --section Occupancy --sec
 for c in "${cases[@]}"; do
   name=${c%%:*}; args=${c#*:}
   case $name in
-    nvfp4) k="regex:nvfp4_skinny" ;; fp8) k="regex:fp8_block" ;; head) k="regex:head" ;;
+    nvfp4) k="regex:nvfp4_(skinny|stream)" ;; fp8) k="regex:fp8_(block|stream)" ;; head) k="regex:head" ;;
     rms|add|gated) k="regex:norm" ;;
     *) k="regex:gdn_kernel" ;;
   esac

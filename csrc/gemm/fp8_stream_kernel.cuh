@@ -219,10 +219,6 @@ __device__ __forceinline__ uint32_t e4m3_half_to(uint32_t w, int half) {
   }
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 template <typename T, int K, int KSPLIT, int NT, int NX>
 __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
   static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
@@ -294,7 +290,7 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int j = 2 * q + r;  // mma j: bytes 4j .. 4j+3 = word j of the 32 bytes
-            const uint32_t u0 = word_of(w0[j / 4], j % 4), u1 = word_of(w1[j / 4], j % 4);
+            const uint32_t u0 = stream::word_of(w0[j / 4], j % 4), u1 = stream::word_of(w1[j / 4], j % 4);
             const uint32_t a[4] = {e4m3_half_to<T>(u0, 0), e4m3_half_to<T>(u1, 0), e4m3_half_to<T>(u0, 1),
                                    e4m3_half_to<T>(u1, 1)};
 #pragma unroll
@@ -313,34 +309,19 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
     }
   }
 
-  // D element e of (i, nx): weight row g of tile 2i + e / 2, x row 8 nx + 2t + e % 2
   const StreamTile tile_e = stream_tile<kCl>(8 * NT);
   const int warp_e = tile_e.warp;
   const int64_t nb_e = tile_e.n0;
   if constexpr (kCl) {
     if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
       extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)
-      auto put = [&](auto at) {
-#pragma unroll
-        for (int i = 0; i < kA; ++i)
-#pragma unroll
-          for (int nx = 0; nx < NX; ++nx)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) at(2 * i + e / 2, 8 * nx + 2 * t + e % 2, g, acc[i][nx][e]);
-      };
-      reduce_and_store_cluster_with<MT, KSPLIT, NT>(reinterpret_cast<float*>(cluster_buf), put, cl.rank, warp_e, 1.0f,
-                                                    1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e);
+      reduce_and_store_cluster_t<MT, KSPLIT, NT, NX>(reinterpret_cast<float*>(cluster_buf), acc, cl.rank, warp_e, g,
+                                                     t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e);
       return;
     }
   }
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int nx = 0; nx < NX; ++nx)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) partial[warp_e][8 * nx + 2 * t + e][g] = acc[nt / 2][nx][2 * (nt % 2) + e];
-    store_partials<MT, KSPLIT>(partial, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m, p.n, nb_e + 8 * nt);
-  }
+  reduce_and_store_t<MT, KSPLIT, NT, NX>(partial, acc, warp_e, g, t, 1.0f, 1.0f, p.bias, p.bias_dtype, p.y, p.out, p.m,
+                                         p.n, nb_e);
 }
 
 // Where the transposed kernel runs the x-as-A body instead (the same bits): 4 tiles a warp at 9..16

@@ -7,16 +7,23 @@
 namespace qwen38::gemm {
 namespace {
 
+// NT > 1: the transposed kernel, MT counting groups of 8 rows (kRowGroups)
+template <typename T, int K, int KS, int NT, int MT>
+constexpr auto nvfp4_stream_fn() {
+  if constexpr (NT == 1) return nvfp4_stream_kernel<T, K, KS, NT, MT>;
+  else return nvfp4_stream_t_kernel<T, K, KS, NT, MT>;
+}
+
 struct Nvfp4StreamOf {
   template <typename T, int K, int KS, int NT, int MT>
-  static constexpr auto fn = nvfp4_stream_kernel<T, K, KS, NT, MT>;
+  static constexpr auto fn = nvfp4_stream_fn<T, K, KS, NT, MT>();
   static constexpr bool kWide = true;
-  static constexpr bool kRowGroups = false;
+  static constexpr bool kRowGroups = true;
   static constexpr bool kKs8Nt4 = true;
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>
-  static constexpr bool kWaveFit = KS == 4 && MT == 2;  // (nvfp4_stream_kernel.cuh)
+  static constexpr bool kWaveFit = KS == 4 && (NT == 1 ? MT == 2 : MT > 2);  // 17..32 rows (nvfp4_stream_kernel.cuh)
 };
 using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Params>;
 

@@ -9,8 +9,10 @@
 // Served: K in {5120, 6144, 17408} (the model's), N a multiple of 8 NT, a compiled k split; 1..16
 // rows (MT 1, the table's NT) and 17..32 rows (MT 2: a second m16 tile against the same B
 // registers, the table's wide NT); other shapes take the ring kernel (which computes the same bits,
-// so no switch between the two ever changes a row). Rows at or past M read a static zero row
-// instead of predicated loads.
+// so no switch between the two ever changes a row). Two bodies: nvfp4_stream_xa (the activations as
+// the mma A operand, as the ring kernel) and, at 2 and 4 tiles a warp, nvfp4_stream_t (the weights
+// as A, compiled per group count of 8 rows of x; below), the same bits. Rows at or past M read a
+// static zero row instead of predicated loads.
 //
 //   step s of warp w (the contiguous steps [w S / KS, (w+1) S / KS) as the ring kernel): thread
 //   (g, t) loads W[n + g][128 s + 32 t .. + 31] of each of its NT tiles (16 bytes) and the tile
@@ -101,9 +103,7 @@ constexpr int stream_depth_wide4() {
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same).
 template <typename T, int K, int KSPLIT, int NT, int MT>
-__global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
-                                  QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
-    nvfp4_stream_kernel(const Nvfp4Params p) {
+__device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   constexpr int kRowB = K / 2, kRowS = K / 16;                // weight / scale bytes per row
@@ -198,6 +198,154 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
   for (int nt = 0; nt < NT; ++nt)
     reduce_and_store<MT, KSPLIT>(partial, acc[nt], warp_e, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
                                  p.y, p.out, p.m, p.n, nb_e + 8 * nt);
+}
+
+template <typename T, int K, int KSPLIT, int NT, int MT>
+__global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
+                                  QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT))
+    nvfp4_stream_kernel(const Nvfp4Params p) {
+  nvfp4_stream_xa<T, K, KSPLIT, NT, MT>(p);
+}
+
+// ---- the transposed form: weights as the mma A operand ----------------------------------------
+// As fp8_stream_t (fp8_stream_kernel.cuh): the same words, steps, k slots and mma order per output
+// as the x-as-A body above, with the operands' roles swapped. Tiles 2i and 2i+1 make the 16 rows of
+// an A operand: a0 / a2 = pair 2r / 2r+1 of word q of tile 2i's row g (decode_word: the B registers
+// of mma 2q + r before), a1 / a3 the same of tile 2i+1; each 8-row group nx of x is a B operand
+// (column g = row 8 nx + g), re-paired (i, i+4) by four PRMTs a word (the A operand needed eight, for
+// rows g and g + 8). NX = ceil(M / 8) groups are compiled: 1..8 rows run half the mmas of an m16
+// tile and half the PRMTs. The weight registers rotate over kD + 1 sets (no copy of the words being
+// decoded: the x-as-A body's 36 moves a two-step iteration at 4 tiles a warp).
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
+  using D = nvfp4::PairDecode<T>;
+  static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
+  constexpr int MT = NX > 2 ? 2 : 1;  // the reduction's rows: 16 MT
+  constexpr int kA = NT / 2;          // 16-row A operands
+  constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;
+  constexpr int kRowB = K / 2, kRowS = K / 16;
+  // steps ahead (fp16 at k split 8, 4 tiles and 2 groups: 1, which spills 8-12 bytes at 2 under the
+  // 128-register cap of its 256-thread blocks), register sets
+  constexpr int kD = KSPLIT == 8 && NT == 4 && NX == 2 && std::is_same_v<T, __half> ? 1 : kStreamDepth;
+  constexpr int kR = kD + 1;
+  static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  constexpr bool kCl = kStreamClusters<K, KSPLIT>;
+  if constexpr (kCl)
+    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster_t
+  const StreamTile tile = stream_tile<kCl>(8 * NT);
+  const int lane = threadIdx.x % 32, warp = tile.warp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nb = tile.n0;
+  const int s0 = warp * kSW;
+  const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
+  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
+  const T* xr[NX];  // row 8 nx + g of x (or the zero row), at this thread's first k
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
+
+  uint4 wb[kR][NT];
+  uint32_t sb[kR][NT];
+  // step ss + j of the current base (the pointers advance by kR steps an iteration: every offset in
+  // the loop an immediate)
+  auto load_step = [&](int set, int j) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      wb[set][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * j);
+      sb[set][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * j);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < kD; ++d) load_step(d, d);  // weights are never written by a kernel of this library
+  pdl_wait();
+  pdl_allow();
+
+  float acc[kA][NX][4];
+  stream::zero_fill(acc);
+  stream::XWords<false, NX> xw;  // the activations one word ahead
+
+#pragma unroll 1
+  for (int s = 0; s < kSW; s += kR) {
+#pragma unroll
+    for (int d = 0; d < kR; ++d) {
+      if (kSW % kR != 0 && s + d >= kSW) break;
+      const int ss = s + d;
+      if (ss + kD < kSW) load_step((d + kD) % kR, d + kD);  // into the set step ss - 1 used
+      typename D::T2 s2[NT][2];
+      stream::nvfp4_scales<T, NT>(s2, sb[d]);
+      stream::x_step(xw, xr, d);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 xc[NX];
+        stream::x_word(xc, xw, xr, d, q, kSW);
+        uint32_t bx[NX][2][2];  // group nx, mma 2q + r: (b0, b1) = k slots re-paired (i, i+4)
+#pragma unroll
+        for (int nx = 0; nx < NX; ++nx) {
+          bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
+          bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
+          bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
+          bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
+        }
+#pragma unroll
+        for (int i = 0; i < kA; ++i) {
+          uint32_t b0[4], b1[4];  // word q of tiles 2i and 2i+1, decoded (words 0, 1: first 16 k)
+          nvfp4::decode_word<T>(b0, stream::word_of(wb[d][2 * i], q), s2[2 * i][q < 2 ? 0 : 1]);
+          nvfp4::decode_word<T>(b1, stream::word_of(wb[d][2 * i + 1], q), s2[2 * i + 1][q < 2 ? 0 : 1]);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t a[4] = {b0[2 * r], b1[2 * r], b0[2 * r + 1], b1[2 * r + 1]};
+#pragma unroll
+            for (int nx = 0; nx < NX; ++nx) mma_16816<T>(acc[i][nx], a, bx[nx][r][0], bx[nx][r][1]);
+          }
+        }
+      }
+    }
+    wp += 64 * kR;
+    sp += 8 * kR;
+#pragma unroll
+    for (int nx = 0; nx < NX; ++nx) xr[nx] += kStepK * kR;
+  }
+
+  const float gscale = *p.global;
+  const StreamTile tile_e = stream_tile<kCl>(8 * NT);
+  const int warp_e = tile_e.warp;
+  const int64_t nb_e = tile_e.n0;
+  if constexpr (kCl) {
+    if (const ClusterPos cl = cluster_pos(); cl.size > 1) {
+      extern __shared__ float4 cluster_buf[];  // NT x KSPLIT x MT*16 x 8 floats (stream_launch.cuh)
+      reduce_and_store_cluster_t<MT, KSPLIT, NT, NX>(reinterpret_cast<float*>(cluster_buf), acc, cl.rank, warp_e, g,
+                                                     t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype, p.y, p.out,
+                                                     p.m, p.n, nb_e);
+      return;
+    }
+  }
+  reduce_and_store_t<MT, KSPLIT, NT, NX>(partial, acc, warp_e, g, t, nvfp4::kPairUnscale, gscale, p.bias, p.bias_dtype,
+                                         p.y, p.out, p.m, p.n, nb_e);
+}
+
+// Where the transposed kernel runs the x-as-A body instead (the same bits), from the lab
+// (benchmarks/lab/nvfp4_t_lab.cu, benchmarks/results/h200/nvfp4_t_lab_s20.txt; H200, bf16, us,
+// x-as-A -> transposed):
+//  - 1 group (1..8 rows): transposed. 12288x5120 16.6 -> 14.1, 16384x5120 20.2 -> 17.9, 5120x17408
+//    31.2 -> 24.2, 5120x6144 13.9 -> 11.3 at 1 row; but 34816x5120 41.7 -> 42.7 (8 rows: 43.5 ->
+//    45.3), not understood.
+//  - 2 groups (9..16): x-as-A. The transposed body holds 138 registers at k split 4 and 4 tiles (3
+//    blocks an SM against 4): 16384x5120 at 16 rows 22.6 -> 33.0 (a second wave); within 2% elsewhere.
+//  - 3 groups (17..24): transposed. 34816x5120 at 17 / 24 rows 65.8 / 70.5 -> 59.5 / 64.0.
+//  - 4 groups (25..32): x-as-A (the transposed body 1-3% slower on 4 of 6 shapes).
+template <typename T, int KSPLIT, int NT, int NX>
+constexpr bool nvfp4_t_runs_xa() {
+  return NX == 2 || NX == 4;
+}
+
+// The transposed kernel, NX = ceil(M / 8) groups of 8 rows of x (launch bounds: as the x-as-A
+// kernel's for the same rows).
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 2 ? 2 : 1)),
+                                  QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, (NX > 2 ? 2 : 1)))
+    nvfp4_stream_t_kernel(const Nvfp4Params p) {
+  if constexpr (nvfp4_t_runs_xa<T, KSPLIT, NT, NX>()) nvfp4_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
+  else nvfp4_stream_t<T, K, KSPLIT, NT, NX>(p);
 }
 
 }  // namespace qwen38::gemm

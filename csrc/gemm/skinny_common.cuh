@@ -173,4 +173,40 @@ __device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float
                                                 n, nb);
 }
 
+// The transposed form of the stream kernels (weights as the mma A operand, 8-row groups of x as B:
+// fp8_stream_kernel.cuh, nvfp4_stream_kernel.cuh): acc[i][nx][e] holds weight row g of tile 2i + e / 2
+// against x row 8 nx + 2t + e % 2. The same reduction and epilogue as reduce_and_store (per tile,
+// `partial` in the same layout) and as reduce_and_store_cluster.
+template <int MT, int KSPLIT, int NT, int NX>
+__device__ __forceinline__ void reduce_and_store_t(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[NT / 2][NX][4],
+                                                   int warp, int g, int t, float unscale, float gscale,
+                                                   const void* bias, int bias_dtype, void* y, int out, int64_t m,
+                                                   int64_t n, int64_t nb) {
+  static_assert(8 * NX <= 16 * MT, "the partials hold 16 MT rows");
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int nx = 0; nx < NX; ++nx)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) partial[warp][8 * nx + 2 * t + e][g] = acc[nt / 2][nx][2 * (nt % 2) + e];
+    store_partials<MT, KSPLIT>(partial, unscale, gscale, bias, bias_dtype, y, out, m, n, nb + 8 * nt);
+  }
+}
+template <int MT, int KSPLIT, int NT, int NX>
+__device__ __forceinline__ void reduce_and_store_cluster_t(float* buf, const float (&acc)[NT / 2][NX][4], int rank,
+                                                           int warp, int g, int t, float unscale, float gscale,
+                                                           const void* bias, int bias_dtype, void* y, int out,
+                                                           int64_t m, int64_t n, int64_t nb) {
+  auto put = [&](auto at) {
+#pragma unroll
+    for (int i = 0; i < NT / 2; ++i)
+#pragma unroll
+      for (int nx = 0; nx < NX; ++nx)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) at(2 * i + e / 2, 8 * nx + 2 * t + e % 2, g, acc[i][nx][e]);
+  };
+  reduce_and_store_cluster_with<MT, KSPLIT, NT>(buf, put, rank, warp, unscale, gscale, bias, bias_dtype, y, out, m,
+                                                n, nb);
+}
+
 }  // namespace qwen38::gemm

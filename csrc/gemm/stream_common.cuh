@@ -182,6 +182,11 @@ __device__ __forceinline__ void nvfp4_word_mmas(float (&acc)[NT][MT][4], const u
   }
 }
 
+// 32-bit word i of 16 loaded bytes (i a compile-time constant after unrolling)
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 using qwen38::zero_fill;  // (common/vec.cuh)
 
 }  // namespace stream
