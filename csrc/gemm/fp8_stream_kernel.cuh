@@ -61,13 +61,9 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
 
   // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
   constexpr bool kCl = kFp8StreamClusters<K, KSPLIT>;
-  if constexpr (kCl)
-    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster
-  const StreamTile tile = stream_tile<kCl>(8 * NT);
-  const int lane = threadIdx.x % 32, warp = tile.warp;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t nb = tile.n0;
-  const int s0 = warp * kSW;
+  const stream::StreamThread th = stream::stream_begin<kCl>(8 * NT, kSW);  // (a cluster launch arrives on its barrier)
+  const int g = th.g, t = th.t, s0 = th.s0;
+  const int64_t nb = th.nb;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
   const float* scp[NT];  // the tile's scale row (its 8 rows share one: 128 % 8 == 0)
 #pragma unroll
@@ -231,13 +227,9 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   constexpr bool kCl = kFp8StreamClusters<K, KSPLIT>;
-  if constexpr (kCl)
-    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster_with
-  const StreamTile tile = stream_tile<kCl>(8 * NT);
-  const int lane = threadIdx.x % 32, warp = tile.warp;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t nb = tile.n0;
-  const int s0 = warp * kSW;
+  const stream::StreamThread th = stream::stream_begin<kCl>(8 * NT, kSW);  // (a cluster launch arrives on its barrier)
+  const int g = th.g, t = th.t, s0 = th.s0;
+  const int64_t nb = th.nb;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * K + kStepK * s0 + 32 * t;
   const float* scp[NT];
 #pragma unroll

@@ -119,13 +119,9 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
 
   // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
   constexpr bool kCl = kStreamClusters<K, KSPLIT>;
-  if constexpr (kCl)
-    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster
-  const StreamTile tile = stream_tile<kCl>(8 * NT);
-  const int lane = threadIdx.x % 32, warp = tile.warp;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t nb = tile.n0;
-  const int s0 = warp * kSW;
+  const stream::StreamThread th = stream::stream_begin<kCl>(8 * NT, kSW);  // (a cluster launch arrives on its barrier)
+  const int g = th.g, t = th.t, s0 = th.s0;
+  const int64_t nb = th.nb;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
   constexpr int kH = 2 * MT;  // 8-row halves of the A tiles: rows g + 8h
@@ -232,13 +228,9 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   constexpr bool kCl = kStreamClusters<K, KSPLIT>;
-  if constexpr (kCl)
-    if (cluster_pos().size > 1) cluster_arrive_relaxed();  // waited for in reduce_and_store_cluster_t
-  const StreamTile tile = stream_tile<kCl>(8 * NT);
-  const int lane = threadIdx.x % 32, warp = tile.warp;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t nb = tile.n0;
-  const int s0 = warp * kSW;
+  const stream::StreamThread th = stream::stream_begin<kCl>(8 * NT, kSW);  // (a cluster launch arrives on its barrier)
+  const int g = th.g, t = th.t, s0 = th.s0;
+  const int64_t nb = th.nb;
   const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
   const T* xr[NX];  // row 8 nx + g of x (or the zero row), at this thread's first k

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "common/cluster.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"  // QWEN38_HW_E2M1, the decode
 #include "common/vec.cuh"     // zero_fill
@@ -180,6 +181,23 @@ __device__ __forceinline__ void nvfp4_word_mmas(float (&acc)[NT][MT][4], const u
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[nt][mt], af[mt][r], b[2 * r], b[2 * r + 1]);
   }
+}
+
+// A stream kernel's start: a cluster launch arrives on the cluster barrier (waited for in the
+// epilogue's reduce_and_store_cluster*), then this thread's place: its warp's tile (nb, the first
+// of nt8 rows) and k-split index, (g, t) = (lane / 4, lane % 4), and the warp's first step
+// (steps_per_warp of them a warp).
+struct StreamThread {
+  int64_t nb;
+  int warp, g, t, s0;
+};
+template <bool kCl>
+__device__ __forceinline__ StreamThread stream_begin(int nt8, int steps_per_warp) {
+  if constexpr (kCl)
+    if (cluster_pos().size > 1) cluster_arrive_relaxed();
+  const StreamTile tile = stream_tile<kCl>(nt8);
+  const int lane = threadIdx.x % 32;
+  return {tile.n0, tile.warp, lane / 4, lane % 4, tile.warp * steps_per_warp};
 }
 
 // 32-bit word i of 16 loaded bytes (i a compile-time constant after unrolling)
