@@ -208,7 +208,8 @@ def test_ring_depth_and_l2_span_change_no_bit(n, k):
                                        (32, 17408, 8, 2)])
 def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, skinny_variant):
     """1..32 rows of a served shape go through the register-stream kernel (QWEN38_NVFP4_STREAM=1, the
-    default; 17..32 rows with its second m16 tile); with the knob at 0 the ring kernel computes them:
+    default; at 2 and 4 tiles a warp its transposed body at 1..8 and 17..24 rows, the x-as-A body at
+    9..16 and 25..32); with the knob at 0 the ring kernel computes them:
     the same bits at every row count, for bf16 and fp16 activations, with bias and fp32 output, from
     a strided x; and every row of a 32-row call agrees with its 1-row call."""
     skinny_variant("nvfp4_linear", n, k, ks, nt)
