@@ -178,10 +178,10 @@ __device__ __forceinline__ void reduce_and_store_cluster(float* buf, const float
 // against x row 8 nx + 2t + e % 2. The same reduction and epilogue as reduce_and_store (per tile,
 // `partial` in the same layout) and as reduce_and_store_cluster.
 template <int MT, int KSPLIT, int NT, int NX>
-__device__ __forceinline__ void reduce_and_store_t(float (&partial)[KSPLIT][MT * 16][8], const float (&acc)[NT / 2][NX][4],
-                                                   int warp, int g, int t, float unscale, float gscale,
-                                                   const void* bias, int bias_dtype, void* y, int out, int64_t m,
-                                                   int64_t n, int64_t nb) {
+__device__ __forceinline__ void reduce_and_store_t(float (&partial)[KSPLIT][MT * 16][8],
+                                                   const float (&acc)[NT / 2][NX][4], int warp, int g, int t,
+                                                   float unscale, float gscale, const void* bias, int bias_dtype,
+                                                   void* y, int out, int64_t m, int64_t n, int64_t nb) {
   static_assert(8 * NX <= 16 * MT, "the partials hold 16 MT rows");
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
