@@ -254,12 +254,7 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
 
   float acc[kA][NX][4];
   stream::zero_fill(acc);
-  // the activations one word ahead at 1..16 rows; at 17..32 (3 or 4 groups) loaded at their use: the
-  // 16 registers of a word ahead spill the 4-tile kernel (sm_121a)
-  constexpr bool kXAhead = NX <= 2;
-  constexpr int kAI = NX <= 2 ? kA : 1;
-
-  stream::XWords<false, NX> xw;
+  stream::XWords<false, NX> xw;  // the activations one word ahead
 
 #pragma unroll 1
   for (int s = 0; s < kSW; s += kR) {
