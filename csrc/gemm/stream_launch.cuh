@@ -8,8 +8,9 @@
 // either row range), `template <int K, int KS> kClusters` (the kernel carries the cluster form:
 // stream_common.cuh) and `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks
 // an SM by wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
-// `kRowGroups` (FP8): the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of
-// x, ceil(M / 8) = 1..4 (fp8_stream_t_kernel), passed as the MT argument; the others per m16 tile.
+// `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
+// ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
+// as the MT argument; the others per m16 tile.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -163,8 +164,8 @@ struct StreamLaunch {
   // the m16 tiles of the partials of an instantiation (MT: groups of 8 rows with kRowGroups at NT > 1)
   template <int NT, int MT>
   static constexpr int reduce_mt() { return Of::kRowGroups && NT > 1 ? (MT > 2 ? 2 : 1) : MT; }
-  // kRowGroups at NT > 1: the instantiation for `g` groups of 8 rows (1..4); MT2: 0 for 1..16 rows, 1
-  // for 17..32 (g is then 1..2 or 3..4)
+  // kRowGroups at NT > 1: the instantiation for `g` groups of 8 rows (1..4; pick's m16-tile count
+  // then only says which row range g lies in)
   template <typename T, int K, int KS, int NT>
   static Fn by_groups(int g) {
     if (g <= 2) return g == 1 ? one<T, K, KS, NT, 1> : one<T, K, KS, NT, 2>;
