@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
 // (column g = row 8 nx + g), re-paired (i, i+4) by four PRMTs a word (the A operand needed eight, for
 // rows g and g + 8). NX = ceil(M / 8) groups are compiled: 1..8 rows run half the mmas of an m16
 // tile and half the PRMTs. The weight registers rotate over kD + 1 sets (no copy of the words being
-// decoded: the x-as-A body's 36 moves a two-step iteration at 4 tiles a warp).
+// decoded: the x-as-A body's 36 moves a two-step iteration at 4 tiles a warp), and the weight,
+// scale and x pointers advance once per kD + 1 steps (every offset in the loop an immediate).
 template <typename T, int K, int KSPLIT, int NT, int NX>
 __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
