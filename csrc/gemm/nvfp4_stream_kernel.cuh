@@ -222,7 +222,8 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;
   constexpr int kRowB = K / 2, kRowS = K / 16;
   // steps ahead (fp16 at k split 8, 4 tiles and 2 groups: 1, which spills 8-12 bytes at 2 under the
-  // 128-register cap of its 256-thread blocks), register sets
+  // 128-register cap of its 256-thread blocks; the library runs the x-as-A body at 2 groups, so only
+  // the lab, benchmarks/lab/nvfp4_t_lab.cu, compiles that case), register sets
   constexpr int kD = KSPLIT == 8 && NT == 4 && NX == 2 && std::is_same_v<T, __half> ? 1 : kStreamDepth;
   constexpr int kR = kD + 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
