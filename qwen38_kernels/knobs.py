@@ -83,6 +83,15 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "128 (default) or 256: the NVFP4 skinny kernel's weight copies carry the L2 fetch-size hint of that many bytes (a miss fills the whole aligned span into L2, so the next steps of a weight row hit L2 and DRAM reads longer runs); 0: plain copies. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_NVFP4_STREAM", "1",
          "1 (default): the NVFP4 skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 or 4 tiles per warp at every row count, and 1 at K 5120 with k split 8, the model's weights of 48 to 1024 rows: all of a warp's steps in flight at once; weights straight from global memory into registers); 0: the cp.async ring kernel for every row count. A launch detail for A/B timing: same bits."),
+    Knob("QWEN38_NVFP4_STAGED", "auto",
+         "auto (default): the NVFP4 register-stream kernel at K = 5120, k split 4 and 4 tiles a warp (the "
+         "tables' choice for the model's weights of 6144 rows and more) runs its staged body "
+         "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_ts: each thread's weight bytes and scale word "
+         "through a per-thread cp.async ring of 2 steps in shared memory, 20 KB a CTA, about half the "
+         "registers) on compute capability 9 at 1..16 rows when the register form's grid needs more than one "
+         "round of CTAs and the staged one's fits in one (H200: 17408x5120 at 1 / 16 rows 26.0 / 31.5 -> 21.7 "
+         "/ 30.5 us; benchmarks/lab/nvfp4_ring_t_lab.cu); 1: the staged body wherever it is compiled; 0: "
+         "never. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",
          "1 (default): nvfp4_linear on weights of few rows at K = 5120 and k split 8 (with QWEN38_NVFP4_STREAM=1: N a multiple of 8 up to 128 at 1..32 rows, the model's 48- and 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows, its 1024-row ones) runs the x-shared kernel (csrc/gemm/nvfp4_xshare_kernel.cuh): clusters of 8 CTAs, one per k-split warp, each CTA copying its k range of x into shared memory once for all its tiles, every weight step in flight from the start, the partials sent by st.async and summed in warp order in the cluster's shared memory (H200, x cold, PDL: 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 us against the stream kernel's 3.01 / 3.72 / 4.66, 1024x5120 at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55; benchmarks/lab/xshare_lab.cu); where the device cannot place the clusters, the stream kernel; 0: the stream kernel. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",

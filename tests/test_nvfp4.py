@@ -223,6 +223,53 @@ def test_stream_kernel_writes_the_ring_kernels_bits(n, k, ks, nt, skinny_variant
 
 
 @pytest.mark.gpu
+def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
+    """At K = 5120, k split 4 and 4 tiles a warp the register-stream kernel also has a staged body (the
+    weights through a per-thread cp.async ring; QWEN38_NVFP4_STAGED): forced on (1) it computes every
+    row count (1..4 groups of 8 rows) with the bits of the register bodies (0), for bf16 and fp16
+    activations, with bias and fp32 output, from a strided x, and every row of a 32-row call agrees
+    with its 1-row call; the profiler shows which kernel ran. Auto (the default) picks it only at 1..16
+    rows where the register form's grid needs more than one round of CTAs and the staged one's fits in
+    one: on a 132-SM H200, 17408x5120 at 1 and 16 rows (544 CTAs: 4 an SM registered, 8 and 6
+    staged), not at 32 rows (wave_fit's) nor 16384x5120 at 1 row (512 CTAs fit either way); the same
+    bits."""
+    k = 5120
+    skinny_variant("nvfp4_linear", 256, k, 4, 4)
+    w = _weight(256, k, "cuda", seed=31)
+    bias = qt.randn_nonzero(256, dtype=torch.float32, device="cuda", seed=32)
+    staged = lambda names: any("nvfp4_stream_ts_kernel" in s for s in names)  # noqa: E731
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=33)[:, :k]  # row stride k + 64
+        for m in (1, 9, 17, 32):
+            with q.knobs.override(QWEN38_NVFP4_STAGED="1"):
+                assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"knob 1, {m} rows"
+            with q.knobs.override(QWEN38_NVFP4_STAGED="0"):
+                assert not staged(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"knob 0, {m} rows"
+            assert not staged(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"auto, 32 CTAs, {m} rows"
+        with q.knobs.override(QWEN38_NVFP4_STAGED="0"):
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_NVFP4_STAGED", "1",
+                                      rows=(1, 3, 8, 9, 16, 17, 24, 25, 32),
+                                      extras=((None, None), (bias, torch.float32)), what=f"{xdt} staged: ")
+        with q.knobs.override(QWEN38_NVFP4_STAGED="1"):
+            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.multi_processor_count) != (9, 132):
+        return
+    g = torch.Generator(device="cuda").manual_seed(34)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=35)
+    for n, rows in ((17408, {1: True, 16: True, 32: False}), (16384, {1: False})):
+        skinny_variant("nvfp4_linear", n, k, 4, 4)
+        wb = formats.NVFP4Weight(  # random codes and scales: only the bits of the two forms are compared
+            torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
+            (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
+            torch.tensor([0.01], device="cuda"))
+        for m, want in rows.items():
+            assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_STAGED", "0", rows=tuple(rows),
+                                  what=f"{n}x{k} auto: ")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [48, 96, 40, 128, 1024])
 def test_xshare_kernel_writes_the_stream_kernels_bits(n, skinny_variant):
     """1..32 rows of a few-row weight at K = 5120 and k split 8 (the model's 48- and 96-row weights,
@@ -357,7 +404,8 @@ def test_opcheck(device):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu", "head_lab.cu", "tiles_skinny_lab.cu",
                                  "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu",
-                                 "wgmma_floor_lab.cu", "stream_waves_lab.cu", "xshare_lab.cu"])
+                                 "wgmma_floor_lab.cu", "stream_waves_lab.cu", "xshare_lab.cu", "fp8_t_lab.cu",
+                                 "nvfp4_t_lab.cu", "nvfp4_ring_t_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the weight GEMMs (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8; head_lab.cu: the head's tiles kernel;
@@ -365,7 +413,10 @@ def test_skinny_labs_compile(tmp_path, lab):
     against mma.sync's; wgmma_skinny_lab.cu: the NVFP4 skinny GEMM on wgmma; wgmma_prefill_lab.cu:
     the NVFP4 prefill kernel's wgmma form against its mma.sync kernel; wgmma_floor_lab.cu: that
     kernel's main loop with parts switched off; stream_waves_lab.cu: the stream kernels at capped
-    blocks an SM; xshare_lab.cu: the x-shared kernel's forms against the stream kernel) still compile against the kernel headers, every variant they time included: they
+    blocks an SM; xshare_lab.cu: the x-shared kernel's forms against the stream kernel;
+    fp8_t_lab.cu, nvfp4_t_lab.cu: the transposed stream bodies against the x-as-A ones;
+    nvfp4_ring_t_lab.cu: the staged transposed body against the register one) still compile
+    against the kernel headers, every variant they time included: they
     cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled the
     lab through compute_90 PTX, which has no wgmma.)"""
     r = subprocess.run(["nvcc", "-std=c++20", "-O1", "-gencode", "arch=compute_90a,code=sm_90a",

@@ -30,6 +30,8 @@ struct Fp8StreamOf {
   // an SM, and 1..16 rows at 2 tiles a warp run best at their full 4)
   template <int KS, int NT, int MT>
   static constexpr bool kWaveFit = false;
+  template <int K, int KS, int NT>
+  static constexpr bool kStagedServes = false;  // (no staged form)
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8BlockParams>;
 

@@ -101,6 +101,16 @@ int l2_span() {
   return std::atoi(v);
 }
 
+// QWEN38_NVFP4_STAGED: the register-stream kernel's staged body (weights through a cp.async ring;
+// nvfp4_stream_kernel.cuh): -1 auto (by the grid's waves), 1 where compiled, 0 never.
+int staged_mode() {
+  const char* v = std::getenv("QWEN38_NVFP4_STAGED");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
+                    ": QWEN38_NVFP4_STAGED must be auto, 0 or 1, got '", v, "'");
+  return *v - '0';
+}
+
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 // Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
@@ -169,6 +179,7 @@ void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, const SkinnyVariant& 
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
   p.xshare = knob_enabled("QWEN38_NVFP4_XSHARE", true);
+  p.staged = staged_mode();
   p.cluster = skinny_cluster(kOp);
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;

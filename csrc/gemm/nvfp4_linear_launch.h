@@ -35,6 +35,9 @@ struct Nvfp4Params {
                                    // the grid (stream_launch.cuh); changes no bit
   int tile_rows = 0;               // "mma" prefill: rows of a CTA tile, 64 or 128 (the wgmma form
                                    // also 256; 0: by the row count); changes no bit
+  int staged = -1;                 // register-stream kernel at k split 4, 4 tiles a warp, K 5120: 1 =
+                                   // its staged body (weights through a cp.async ring), 0 = never,
+                                   // -1 = by the grid's waves (stream_launch.cuh); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).

@@ -1,6 +1,7 @@
 // Instantiations and launch of the NVFP4 register-stream kernel (nvfp4_stream_kernel.cuh): 1..16
 // rows with 2 or 4 tiles per warp, 17..32 rows with 2 or 4, and 1 at K 5120 with k split 8
-// (stream_launch.cuh); the k split 8 kernels carry the cluster form.
+// (stream_launch.cuh); the k split 8 kernels carry the cluster form; K 5120 at k split 4 and 4 tiles
+// a warp also the staged transposed body (stream_launch.cuh use_staged).
 #include "gemm/nvfp4_stream_kernel.cuh"
 #include "gemm/stream_launch.cuh"
 
@@ -24,6 +25,13 @@ struct Nvfp4StreamOf {
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>
   static constexpr bool kWaveFit = KS == 4 && (NT == 1 ? MT == 2 : MT > 2);  // 17..32 rows (nvfp4_stream_kernel.cuh)
+  // the staged transposed body: K 5120, k split 4, 4 tiles a warp (nvfp4_stream_kernel.cuh)
+  template <int K, int KS, int NT>
+  static constexpr bool kStagedServes = K == 5120 && KS == 4 && NT == 4;
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr auto staged_fn = nvfp4_stream_ts_kernel<T, K, KS, NT, MT>;
+  template <int KS, int NT>
+  static constexpr size_t kStagedBytes = nvfp4_staged_bytes<KS, NT>();
 };
 using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Params>;
 

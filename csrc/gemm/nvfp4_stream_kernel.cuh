@@ -9,10 +9,12 @@
 // Served: K in {5120, 6144, 17408} (the model's), N a multiple of 8 NT, a compiled k split; 1..16
 // rows (MT 1, the table's NT) and 17..32 rows (MT 2: a second m16 tile against the same B
 // registers, the table's wide NT); other shapes take the ring kernel (which computes the same bits,
-// so no switch between the two ever changes a row). Two bodies: nvfp4_stream_xa (the activations as
+// so no switch between the two ever changes a row). Three bodies: nvfp4_stream_xa (the activations as
 // the mma A operand, as the ring kernel) and, at 2 and 4 tiles a warp, nvfp4_stream_t (the weights
-// as A, compiled per group count of 8 rows of x; below), the same bits. Rows at or past M read a
-// static zero row instead of predicated loads.
+// as A, compiled per group count of 8 rows of x; below), and at K 5120, k split 4 and 4 tiles a warp
+// nvfp4_stream_ts (the transposed body with its weights staged through a per-thread cp.async ring:
+// half the registers, for grids whose waves that decides; below), the same bits. Rows at or past M
+// read a static zero row instead of predicated loads.
 //
 //   step s of warp w (the contiguous steps [w S / KS, (w+1) S / KS) as the ring kernel): thread
 //   (g, t) loads W[n + g][128 s + 32 t .. + 31] of each of its NT tiles (16 bytes) and the tile
@@ -36,6 +38,7 @@
 
 #include <type_traits>
 
+#include "common/cp_async.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
@@ -340,6 +343,141 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
     nvfp4_stream_t_kernel(const Nvfp4Params p) {
   if constexpr (nvfp4_t_runs_xa<T, KSPLIT, NT, NX>()) nvfp4_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
   else nvfp4_stream_t<T, K, KSPLIT, NT, NX>(p);
+}
+
+// ---- the staged transposed body: the weights through a per-thread cp.async ring ---------------
+// The transposed body's arithmetic, word by word (the same products in the same k slots and mma
+// order, the same reduction: the same bits), but each thread's 16 weight bytes and the 4-byte word
+// holding its scale pair of a step go global -> shared memory by cp.async, kStagedDepth steps in
+// flight, and the thread reads back only what it copied (cp.async.wait_group: no barrier). The
+// registers of the in-flight steps are freed: at k split 4 and 4 tiles a warp, 60 / 80 / 106 / 112
+// registers at 1 / 2 / 3 / 4 groups (sm_90a, bf16) against the register forms' 112 / 128 / 162 /
+// 168 (20 KB of dynamic shared memory a CTA), so an SM holds 8 / 6 / 4 / 4 CTAs against 4 / 4 / 3 /
+// 3. The ring's depth gains nothing (H200, benchmarks/lab/nvfp4_ring_t_lab.cu,
+// nvfp4_ring_t_lab_s21*.txt, 34816x5120 at 1 row: 40.7 / 45.0 / 44.3 us at depth 2 / 3 / 4 in the
+// lab's first form, 9 CTAs an SM; the register body 42.9): the weights do not wait on DRAM latency
+// there. The occupancy gains where it decides the grid's waves, and only there: the launcher
+// (stream_launch.cuh use_staged) takes this body on compute capability 9 at 1..16 rows when the
+// register form's grid needs more than one round of CTAs and this one's fits in one (17408x5120 at
+// 1 row, lab: 26.1 -> 22.7 us); grids that fit either way run 5-20% slower staged (16384x5120 at 1
+// row 17.8 -> 19.4), and so does 34816x5120, which fits neither way (42.7 -> 44.7 at 8 an SM).
+// GB10 keeps the register form (a 230 GB/s part needs few bytes in flight; the issue asks for no
+// shared memory in the skinny kernel).
+// K 5120 at k split 4 and 4 tiles a warp only (no cluster form), the tables' choice for the model's
+// weights of 6144 rows and more.
+constexpr int kStagedDepth = 2;
+// dynamic shared memory of a CTA: per warp, D x NT x 32 16-byte weight chunks, then D x NT x 32
+// 4-byte scale words
+template <int KSPLIT, int NT, int D = kStagedDepth>
+constexpr size_t nvfp4_staged_bytes() {
+  return size_t(KSPLIT) * D * NT * 32 * 20;
+}
+
+template <typename T, int K, int KSPLIT, int NT, int NX, int D = kStagedDepth>
+__device__ __forceinline__ void nvfp4_stream_ts(const Nvfp4Params& p) {
+  using Dec = nvfp4::PairDecode<T>;
+  static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
+  static_assert(!kStreamClusters<K, KSPLIT>, "no cluster form");
+  constexpr int MT = NX > 2 ? 2 : 1;
+  constexpr int kA = NT / 2;
+  constexpr int kSW = K / kStepK / KSPLIT;
+  constexpr int kRowB = K / 2, kRowS = K / 16;
+  static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= D && D >= 2 && K <= kStreamMaxK, "unserved K / k split");
+  extern __shared__ uint4 staged_ring[];  // nvfp4_staged_bytes<KSPLIT, NT, D>()
+  __shared__ float partial[KSPLIT][MT * 16][8];
+
+  const stream::StreamThread th = stream::stream_begin<false>(8 * NT, kSW);
+  const int g = th.g, t = th.t, s0 = th.s0, lane = threadIdx.x % 32;
+  const int64_t nb = th.nb;
+  const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
+  // the 4-byte word of this thread's scale pair (threads t and t ^ 1 copy the same word)
+  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 4 * (t >> 1);
+  const int sh = 16 * (t & 1);
+  uint4* wr = staged_ring + th.warp * D * NT * 32 + lane;  // slot d, tile nt: wr[(d NT + nt) 32]
+  uint32_t* sr = reinterpret_cast<uint32_t*>(staged_ring + KSPLIT * D * NT * 32) + th.warp * D * NT * 32 + lane;
+  const T* xr[NX];
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
+  // step j of the current base into ring slot `slot` (the pointers advance by D steps an iteration)
+  auto issue = [&](int slot, int j) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      cp_async16_span<256>(wr + (slot * NT + nt) * 32, wp + nt * 8 * kRowB + 64 * j, 16);
+      cp_async4(sr + (slot * NT + nt) * 32, sp + nt * 8 * kRowS + 8 * j, 4);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < D - 1; ++d) {  // weights are never written by a kernel of this library
+    issue(d, d);
+    cp_async_commit();
+  }
+  pdl_wait();
+  pdl_allow();
+
+  float acc[kA][NX][4];
+  stream::zero_fill(acc);
+  stream::XWords<false, NX> xw;  // the activations one word ahead
+
+#pragma unroll 1
+  for (int s = 0; s < kSW; s += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (kSW % D != 0 && s + d >= kSW) break;
+      const int ss = s + d;
+      if (ss + D - 1 < kSW) issue((d + D - 1) % D, d + D - 1);  // into the slot step ss - 1 read
+      cp_async_commit();                                        // (an empty group past the end)
+      cp_async_wait<D - 1>();                                   // step ss has landed
+      uint4 wq[NT];
+      uint32_t sc[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        wq[nt] = wr[(d * NT + nt) * 32];
+        sc[nt] = sr[(d * NT + nt) * 32] >> sh;
+      }
+      typename Dec::T2 s2[NT][2];
+      stream::nvfp4_scales<T, NT>(s2, sc);
+      stream::x_step(xw, xr, d);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint4 xc[NX];
+        stream::x_word(xc, xw, xr, d, q, kSW);
+        uint32_t bx[NX][2][2];  // as nvfp4_stream_t
+#pragma unroll
+        for (int nx = 0; nx < NX; ++nx) {
+          bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
+          bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
+          bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
+          bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
+        }
+#pragma unroll
+        for (int i = 0; i < kA; ++i) {
+          uint32_t b0[4], b1[4];
+          nvfp4::decode_word<T>(b0, stream::word_of(wq[2 * i], q), s2[2 * i][q < 2 ? 0 : 1]);
+          nvfp4::decode_word<T>(b1, stream::word_of(wq[2 * i + 1], q), s2[2 * i + 1][q < 2 ? 0 : 1]);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t a[4] = {b0[2 * r], b1[2 * r], b0[2 * r + 1], b1[2 * r + 1]};
+#pragma unroll
+            for (int nx = 0; nx < NX; ++nx) mma_16816<T>(acc[i][nx], a, bx[nx][r][0], bx[nx][r][1]);
+          }
+        }
+      }
+    }
+    wp += 64 * D;
+    sp += 8 * D;
+#pragma unroll
+    for (int nx = 0; nx < NX; ++nx) xr[nx] += kStepK * D;
+  }
+  cp_async_wait<0>();  // (only empty groups are left)
+
+  const float gscale = *p.global;
+  const StreamTile tile_e = stream_tile<false>(8 * NT);
+  reduce_and_store_t<MT, KSPLIT, NT, NX>(partial, acc, tile_e.warp, g, t, nvfp4::kPairUnscale, gscale, p.bias,
+                                         p.bias_dtype, p.y, p.out, p.m, p.n, tile_e.n0);
+}
+
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(32 * KSPLIT) nvfp4_stream_ts_kernel(const Nvfp4Params p) {
+  nvfp4_stream_ts<T, K, KSPLIT, NT, NX>(p);
 }
 
 }  // namespace qwen38::gemm

@@ -8,6 +8,9 @@
 // either row range), `template <int K, int KS> kClusters` (the kernel carries the cluster form:
 // stream_common.cuh) and `template <int KS, int NT, int MT> kWaveFit` (the launch takes the blocks
 // an SM by wave_fit below). 1 tile per warp is compiled at K 5120 with k split 8 at both row ranges.
+// `template <int K, int KS, int NT> kStagedServes`: a staged form is compiled for that kernel (then
+// `staged_fn`, same arguments as `fn`, and `template <int KS, int NT> kStagedBytes`, its dynamic
+// shared memory; use_staged below picks it).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
 // as the MT argument; the others per m16 tile.
@@ -139,9 +142,62 @@ struct StreamLaunch {
     });
   }
 
+  // The staged form (nvfp4_stream_ts_kernel, nvfp4_stream_kernel.cuh), where compiled
+  // (Of::kStagedServes): p.staged 1 takes it, 0 never; -1 (auto) at 1..16 rows (MT: groups of 8
+  // rows, 1 or 2) on compute capability 9 when the register form's grid needs more than one round of
+  // CTAs (its occupancy x SMs < the grid) and the staged form's fits in one. On the H200 (132 SMs)
+  // that is 17408x5120 (544 CTAs: 4 an SM registered, 8 / 6 staged; bench_nvfp4 --quick, 1 / 16 rows
+  // 26.0 / 31.5 -> 21.7 / 30.5 us); 34816x5120 fits neither way (8 an SM staged: 1056 < 1088). Not
+  // at 17..32 rows: there wave_fit already takes the register form's waves (2 or 3 blocks an SM),
+  // as fast as the staged form's one round where measured (16384x5120 at 24 / 32 rows 32.5 / 38.4
+  // us, staged 33.4 in the lab / 38.6 in the library; 14336x5120 32.2 / 38.2, staged 33.2 / 37.5).
+  // A launch detail that changes no bit. The first call per (kernel, device, grid) queries; later
+  // calls read a cache.
+  template <typename T, int K, int KS, int NT, int MT>
+  static cudaError_t use_staged(const P& p, int64_t tiles, bool* out) {
+    *out = p.staged > 0;
+    if (p.staged >= 0 || MT > 2) return cudaSuccess;
+    auto reg = Of::template fn<T, K, KS, NT, MT>;
+    auto stg = Of::template staged_fn<T, K, KS, NT, MT>;
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
+    int dev = 0;
+    if (cudaError_t e = cudaGetDevice(&dev)) return e;
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(reg), dev, tiles);
+    return cached_query(mu, cache, key, out, [&](bool* use) {
+      int major = 0, sms = 0, occ_r = 0, occ_s = 0;
+      *use = false;
+      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
+      if (major != 9) return cudaSuccess;
+      if (cudaError_t e = device_sms(&sms)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_r, reg, 32 * KS, 0)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_s, stg, 32 * KS,
+                                                                        Of::template kStagedBytes<KS, NT>))
+        return e;
+      *use = int64_t(occ_r) * sms < tiles && int64_t(occ_s) * sms >= tiles;
+      return cudaSuccess;
+    });
+  }
+  template <typename T, int K, int KS, int NT, int MT>
+  static cudaError_t staged(const P& p, int64_t tiles, bool pdl, cudaStream_t stream) {
+    auto fn = Of::template staged_fn<T, K, KS, NT, MT>;
+    const dim3 grid{unsigned(tiles)}, block{unsigned(32 * KS)};
+    const size_t need = Of::template kStagedBytes<KS, NT>;
+    int cap = 0;  // blocks an SM: QWEN38_SPREAD (launch.cuh)
+    if (cudaError_t e = spread_cap(grid.x, &cap)) return e;
+    size_t smem = need;
+    if (cudaError_t e = cap_smem(fn, int(block.x), need, cap, &smem)) return e;
+    return launch_kernel_cluster(fn, grid, block, smem, stream, pdl, 1, p);
+  }
+
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
     const int64_t tiles = p.n / (8 * NT);
+    if constexpr (Of::template kStagedServes<K, KS, NT>) {
+      bool st = false;
+      if (cudaError_t e = use_staged<T, K, KS, NT, MT>(p, tiles, &st)) return e;
+      if (st) return staged<T, K, KS, NT, MT>(p, tiles, pdl, stream);
+    }
     auto fn = Of::template fn<T, K, KS, NT, MT>;
     constexpr int kMt = reduce_mt<NT, MT>();  // m16 tiles of the partials
     int cl = 1;
