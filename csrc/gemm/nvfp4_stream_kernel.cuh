@@ -216,6 +216,33 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
 // tile and half the PRMTs. The weight registers rotate over kD + 1 sets (no copy of the words being
 // decoded: the x-as-A body's 36 moves a two-step iteration at 4 tiles a warp), and the weight,
 // scale and x pointers advance once per kD + 1 steps (every offset in the loop an immediate).
+// Word q of a transposed step (nvfp4_stream_t, nvfp4_stream_ts): the word of x of each group nx
+// re-paired into B operands, the word of each tile pair decoded into an A operand, their mmas.
+template <typename T, int NT, int NX>
+__device__ __forceinline__ void nvfp4_t_word(float (&acc)[NT / 2][NX][4], const uint4 (&xc)[NX], const uint4 (&w)[NT],
+                                             const typename nvfp4::PairDecode<T>::T2 (&s2)[NT][2], int q) {
+  uint32_t bx[NX][2][2];  // group nx, mma 2q + r: (b0, b1) = k slots re-paired (i, i+4)
+#pragma unroll
+  for (int nx = 0; nx < NX; ++nx) {
+    bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
+    bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
+    bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
+    bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
+  }
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i) {
+    uint32_t b0[4], b1[4];  // word q of tiles 2i and 2i+1, decoded (words 0, 1: first 16 k)
+    nvfp4::decode_word<T>(b0, stream::word_of(w[2 * i], q), s2[2 * i][q < 2 ? 0 : 1]);
+    nvfp4::decode_word<T>(b1, stream::word_of(w[2 * i + 1], q), s2[2 * i + 1][q < 2 ? 0 : 1]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t a[4] = {b0[2 * r], b1[2 * r], b0[2 * r + 1], b1[2 * r + 1]};
+#pragma unroll
+      for (int nx = 0; nx < NX; ++nx) mma_16816<T>(acc[i][nx], a, bx[nx][r][0], bx[nx][r][1]);
+    }
+  }
+}
+
 template <typename T, int K, int KSPLIT, int NT, int NX>
 __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
@@ -275,26 +302,7 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
         stream::x_word(xc, xw, xr, d, q, kSW);
-        uint32_t bx[NX][2][2];  // group nx, mma 2q + r: (b0, b1) = k slots re-paired (i, i+4)
-#pragma unroll
-        for (int nx = 0; nx < NX; ++nx) {
-          bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
-          bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
-          bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
-          bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
-        }
-#pragma unroll
-        for (int i = 0; i < kA; ++i) {
-          uint32_t b0[4], b1[4];  // word q of tiles 2i and 2i+1, decoded (words 0, 1: first 16 k)
-          nvfp4::decode_word<T>(b0, stream::word_of(wb[d][2 * i], q), s2[2 * i][q < 2 ? 0 : 1]);
-          nvfp4::decode_word<T>(b1, stream::word_of(wb[d][2 * i + 1], q), s2[2 * i + 1][q < 2 ? 0 : 1]);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t a[4] = {b0[2 * r], b1[2 * r], b0[2 * r + 1], b1[2 * r + 1]};
-#pragma unroll
-            for (int nx = 0; nx < NX; ++nx) mma_16816<T>(acc[i][nx], a, bx[nx][r][0], bx[nx][r][1]);
-          }
-        }
+        nvfp4_t_word<T, NT, NX>(acc, xc, wb[d], s2, q);
       }
     }
     wp += 64 * kR;
@@ -440,26 +448,7 @@ __device__ __forceinline__ void nvfp4_stream_ts(const Nvfp4Params& p) {
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
         stream::x_word(xc, xw, xr, d, q, kSW);
-        uint32_t bx[NX][2][2];  // as nvfp4_stream_t
-#pragma unroll
-        for (int nx = 0; nx < NX; ++nx) {
-          bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
-          bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
-          bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
-          bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
-        }
-#pragma unroll
-        for (int i = 0; i < kA; ++i) {
-          uint32_t b0[4], b1[4];
-          nvfp4::decode_word<T>(b0, stream::word_of(wq[2 * i], q), s2[2 * i][q < 2 ? 0 : 1]);
-          nvfp4::decode_word<T>(b1, stream::word_of(wq[2 * i + 1], q), s2[2 * i + 1][q < 2 ? 0 : 1]);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t a[4] = {b0[2 * r], b1[2 * r], b0[2 * r + 1], b1[2 * r + 1]};
-#pragma unroll
-            for (int nx = 0; nx < NX; ++nx) mma_16816<T>(acc[i][nx], a, bx[nx][r][0], bx[nx][r][1]);
-          }
-        }
+        nvfp4_t_word<T, NT, NX>(acc, xc, wq, s2, q);
       }
     }
     wp += 64 * D;
