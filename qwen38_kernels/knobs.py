@@ -89,8 +89,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_ts: each thread's weight bytes and scale word "
          "through a per-thread cp.async ring of 2 steps in shared memory, 20 KB a CTA, about half the "
          "registers) on compute capability 9 at 1..16 rows when the register form's grid needs more than one "
-         "round of CTAs and the staged one's fits in one (H200: 17408x5120 at 1 / 16 rows 26.0 / 31.5 -> 21.7 "
-         "/ 30.5 us; benchmarks/lab/nvfp4_ring_t_lab.cu); 1: the staged body wherever it is compiled; 0: "
+         "round of CTAs and the staged one's fits in one (H200: 17408x5120 at 1 / 16 rows 26.0 / 31.5 -> 21.6 "
+         "/ 30.3 us; benchmarks/lab/nvfp4_ring_t_lab.cu); 1: the staged body wherever it is compiled; 0: "
          "never. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",
          "1 (default): nvfp4_linear on weights of few rows at K = 5120 and k split 8 (with QWEN38_NVFP4_STREAM=1: N a multiple of 8 up to 128 at 1..32 rows, the model's 48- and 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows, its 1024-row ones) runs the x-shared kernel (csrc/gemm/nvfp4_xshare_kernel.cuh): clusters of 8 CTAs, one per k-split warp, each CTA copying its k range of x into shared memory once for all its tiles, every weight step in flight from the start, the partials sent by st.async and summed in warp order in the cluster's shared memory (H200, x cold, PDL: 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 us against the stream kernel's 3.01 / 3.72 / 4.66, 1024x5120 at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55; benchmarks/lab/xshare_lab.cu); where the device cannot place the clusters, the stream kernel; 0: the stream kernel. A launch detail: same bits."),

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "lab_common.cuh"
@@ -48,8 +49,10 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KS, NT, (NX > 2 ? 
 }
 
 // the library's staged body at ring depth D (nvfp4_stream_kernel.cuh nvfp4_stream_ts; the library runs D = 2)
-template <typename T, int K, int KS, int NT, int NX, int D>
-__global__ void __launch_bounds__(32 * KS) tr_kernel(const Nvfp4Params p) {
+// (MINB: the launch bounds' blocks an SM; 9 holds 1 group at k split 4 to 56 registers: 9 CTAs an SM,
+// 1188 on 132 SMs, one round for 34816x5120's 1088)
+template <typename T, int K, int KS, int NT, int NX, int D, int MINB = 1>
+__global__ void __launch_bounds__(32 * KS, MINB) tr_kernel(const Nvfp4Params p) {
   nvfp4_stream_ts<T, K, KS, NT, NX, D>(p);
 }
 
@@ -70,6 +73,7 @@ struct Case {
 };
 
 double g_ceiling = 0;
+bool g_one_group = false;  // "1g": 1..8 rows of the grids of more than one round, the capped staged body
 
 Case make_case(int n, int k, size_t l2) {
   Case c{n, k, 0, {}, nullptr, nullptr, nullptr, nullptr};
@@ -142,12 +146,12 @@ void run(Case& c, int m, bool half, Kern kernel, unsigned grid, int threads, siz
               100.0 * gbs / g_ceiling, fa.numRegs, smem + fa.sharedSizeBytes, per_sm, bits);
 }
 
-template <typename T, int K, int KS, int NT, int NX, int D>
+template <typename T, int K, int KS, int NT, int NX, int D, int MINB = 1>
 void run_tr(Case& c, int m, bool half, std::vector<uint8_t>& ref) {
   char label[64];
-  std::snprintf(label, sizeof label, "staged ks%d nt%d nx%d D%d", KS, NT, NX, D);
-  run(c, m, half, tr_kernel<T, K, KS, NT, NX, D>, unsigned(c.n / (8 * NT)), 32 * KS, nvfp4_staged_bytes<KS, NT, D>(),
-      ref, label);
+  std::snprintf(label, sizeof label, "staged ks%d nt%d nx%d D%d%s", KS, NT, NX, D, MINB > 1 ? " capped" : "");
+  run(c, m, half, tr_kernel<T, K, KS, NT, NX, D, MINB>, unsigned(c.n / (8 * NT)), 32 * KS,
+      nvfp4_staged_bytes<KS, NT, D>(), ref, label);
 }
 
 template <int K, int KS, int NT, int NX>
@@ -166,7 +170,11 @@ void rows_case(Case& c, int m, bool half) {
     }
     if constexpr (!kStreamClusters<K, KS>) {
       run_tr<T, K, KS, NT, NX, 2>(c, m, half, ref);
-      run_tr<T, K, KS, NT, NX, 3>(c, m, half, ref);
+      if (g_one_group) {
+        if constexpr (NX == 1 && KS == 4) run_tr<T, K, KS, NT, NX, 2, 9>(c, m, half, ref);
+      } else {
+        run_tr<T, K, KS, NT, NX, 3>(c, m, half, ref);
+      }
     }
   };
   if (half) all(__half{});
@@ -201,7 +209,13 @@ int main(int argc, char** argv) {
   g_ceiling = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs, L2 %zu MB, read ceiling %.0f GB/s\n", prop.name, prop.multiProcessorCount,
               l2 >> 20, g_ceiling);
-  const bool quick = argc > 1;
+  const bool quick = argc > 1 && std::string(argv[1]) != "1g";
+  if (argc > 1 && std::string(argv[1]) == "1g") {
+    g_one_group = true;
+    shape<5120, 4, 4>(34816, l2, {1, 2, 4, 6, 8}, true);
+    shape<5120, 4, 4>(17408, l2, {1, 4, 8}, false);
+    return 0;
+  }
   // the tables' variants (tables/sm_90/nvfp4_skinny*.json)
   shape<5120, 4, 4>(34816, l2, {1, 8, 16, 24, 32}, true);
   shape<5120, 4, 4>(16384, l2, {1, 16, 24, 32}, false);

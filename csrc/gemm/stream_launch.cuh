@@ -146,8 +146,8 @@ struct StreamLaunch {
   // (Of::kStagedServes): p.staged 1 takes it, 0 never; -1 (auto) at 1..16 rows (MT: groups of 8
   // rows, 1 or 2) on compute capability 9 when the register form's grid needs more than one round of
   // CTAs (its occupancy x SMs < the grid) and the staged form's fits in one. On the H200 (132 SMs)
-  // that is 17408x5120 (544 CTAs: 4 an SM registered, 8 / 6 staged; bench_nvfp4 --quick, 1 / 16 rows
-  // 26.0 / 31.5 -> 21.7 / 30.5 us); 34816x5120 fits neither way (8 an SM staged: 1056 < 1088). Not
+  // that is 17408x5120 (544 CTAs: 4 an SM registered, 8 / 6 staged; bench_nvfp4, 1 / 8 / 16 rows
+  // 26.0 / 27.4 / 31.5 -> 21.6 / 24.0 / 30.3 us); 34816x5120 fits neither way (8 an SM staged: 1056 < 1088). Not
   // at 17..32 rows: there wave_fit already takes the register form's waves (2 or 3 blocks an SM),
   // as fast as the staged form's one round where measured (16384x5120 at 24 / 32 rows 32.5 / 38.4
   // us, staged 33.4 in the lab / 38.6 in the library; 14336x5120 32.2 / 38.2, staged 33.2 / 37.5).
