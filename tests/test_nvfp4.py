@@ -232,7 +232,7 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
     rows where the register form's grid needs more than one round of CTAs and the staged one's fits in
     one: on a 132-SM H200, 17408x5120 at 1 and 16 rows (544 CTAs: 4 an SM registered, 8 and 6
     staged), not at 32 rows (wave_fit's) nor 16384x5120 at 1 row (512 CTAs fit either way); the same
-    bits."""
+    bits. A knob value other than auto, 0 or 1 is an error naming the knob."""
     k = 5120
     skinny_variant("nvfp4_linear", 256, k, 4, 4)
     w = _weight(256, k, "cuda", seed=31)
@@ -252,6 +252,8 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
                                       extras=((None, None), (bias, torch.float32)), what=f"{xdt} staged: ")
         with q.knobs.override(QWEN38_NVFP4_STAGED="1"):
             qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+    with q.knobs.override(QWEN38_NVFP4_STAGED="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_STAGED"):
+        _call(x[:1], w)
     props = torch.cuda.get_device_properties(0)
     if (props.major, props.multi_processor_count) != (9, 132):
         return
