@@ -232,7 +232,8 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
     rows where the register form's grid needs more than one round of CTAs and the staged one's fits in
     one: on a 132-SM H200, 17408x5120 at 1 and 16 rows (544 CTAs: 4 an SM registered, 8 and 6
     staged), not at 32 rows (wave_fit's) nor 16384x5120 at 1 row (512 CTAs fit either way); the same
-    bits. A knob value other than auto, 0 or 1 is an error naming the knob."""
+    bits (checked without QWEN38_NVFP4_XFRAG, whose copy of x auto takes first from 9 rows). A knob
+    value other than auto, 0 or 1 is an error naming the knob."""
     k = 5120
     skinny_variant("nvfp4_linear", 256, k, 4, 4)
     w = _weight(256, k, "cuda", seed=31)
@@ -265,10 +266,108 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
             torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
             (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
             torch.tensor([0.01], device="cuda"))
-        for m, want in rows.items():
-            assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
-        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_STAGED", "0", rows=tuple(rows),
+        with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):  # (which takes 9..32 rows before the staged rule)
+            for m, want in rows.items():
+                assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
+            qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_STAGED", "0", rows=tuple(rows),
+                                      what=f"{n}x{k} auto: ")
+
+
+def _t_kernel_groups(names: list[str]) -> list[int]:
+    """The group-count argument (the last template argument) of each nvfp4_stream_t_kernel launch."""
+    import re
+
+    return [int(mm.group(1)) for s in names for mm in re.finditer(r"nvfp4_stream_t_kernel<[^>]*?(\d+)\s*>", s)]
+
+
+@pytest.mark.gpu
+def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
+    """At 1..8 rows the register-stream kernel at 2 or 4 tiles a warp can run its x-as-A body (the
+    instantiation of 2 groups of 8 rows) or its transposed body (1 group; QWEN38_NVFP4_ONE_GROUP xa /
+    t): the same bits for bf16 and fp16 activations, with bias and fp32 output, from a strided x, and
+    every row of a 32-row call agrees with its 1-row call under either. The profiler shows which
+    instantiation ran. Auto (the default) takes the x-as-A body only where the register grid needs
+    more than two rounds of CTAs: on a 132-SM H200 34816x5120 (1088 CTAs, 4 an SM), not 16384x5120
+    (512 CTAs). A knob value other than auto, xa or t is an error naming the knob."""
+    k = 5120
+    skinny_variant("nvfp4_linear", 256, k, 4, 4)
+    w = _weight(256, k, "cuda", seed=41)
+    bias = qt.randn_nonzero(256, dtype=torch.float32, device="cuda", seed=42)
+    groups = lambda m: _t_kernel_groups(qt.cuda_kernel_names(lambda: _call(x[:m], w)))  # noqa: E731
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=43)[:, :k]  # row stride k + 64
+        for m in (1, 8):
+            with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="xa"):
+                assert groups(m) == [2], f"knob xa, {m} rows"
+            with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="t"):
+                assert groups(m) == [1], f"knob t, {m} rows"
+            assert groups(m) == [1], f"auto, 32 CTAs, {m} rows"
+        with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="t"):
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_NVFP4_ONE_GROUP", "xa",
+                                      rows=(1, 2, 5, 8), extras=((None, None), (bias, torch.float32)),
+                                      what=f"{xdt} one group: ")
+        with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="xa"):
+            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+    with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_ONE_GROUP"):
+        _call(x[:1], w)
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.multi_processor_count) != (9, 132):
+        return
+    g = torch.Generator(device="cuda").manual_seed(44)
+    x = qt.randn_nonzero(8, k, device="cuda", seed=45)
+    for n, want in ((34816, [2]), (16384, [1])):
+        skinny_variant("nvfp4_linear", n, k, 4, 4)
+        wb = formats.NVFP4Weight(  # random codes and scales: only the bits of the two bodies are compared
+            torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
+            (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
+            torch.tensor([0.01], device="cuda"))
+        for m in (1, 8):
+            assert _t_kernel_groups(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m}"
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_ONE_GROUP", "t", rows=(1, 8),
                                   what=f"{n}x{k} auto: ")
+
+
+@pytest.mark.gpu
+def test_xfrag_copy_keeps_the_register_bodies_bits(skinny_variant):
+    """At K = 5120, k split 4 and 4 tiles a warp the register-stream kernel can read x from a copy in
+    the fragment order (QWEN38_NVFP4_XFRAG; written by a copy kernel first): forced on (1) every row
+    count 1..32 gives the bits of the row-major reads (0), for bf16 and fp16 activations, with bias
+    and fp32 output, from a strided x, in 32-row slices of a longer x, and in a CUDA graph; every row
+    of a 32-row call agrees with its 1-row call. The profiler shows the copy and the kernel. Auto (the
+    default) takes it on compute capability 9 from 9 rows, never below; a forced staged body
+    (QWEN38_NVFP4_STAGED=1) runs instead. A knob value other than auto, 0 or 1 is an error naming it."""
+    k = 5120
+    skinny_variant("nvfp4_linear", 256, k, 4, 4)
+    w = _weight(256, k, "cuda", seed=51)
+    bias = qt.randn_nonzero(256, dtype=torch.float32, device="cuda", seed=52)
+    frag = lambda m: [s for s in qt.cuda_kernel_names(lambda: _call(x[:m], w))  # noqa: E731
+                      if "xfrag_kernel" in s or "nvfp4_stream_tf_kernel" in s]
+    cc9 = torch.cuda.get_device_properties(0).major == 9
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=53)[:, :k]  # row stride k + 64
+        for m in (1, 8, 9, 32):
+            with q.knobs.override(QWEN38_NVFP4_XFRAG="1"):
+                assert len(frag(m)) == 2, f"knob 1, {m} rows"
+                with q.knobs.override(QWEN38_NVFP4_STAGED="1"):
+                    assert not frag(m), f"knob 1 under a forced staged body, {m} rows"
+            with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):
+                assert not frag(m), f"knob 0, {m} rows"
+            assert len(frag(m)) == (2 if cc9 and m >= 9 else 0), f"auto, {m} rows"
+        with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_NVFP4_XFRAG", "1",
+                                      rows=(1, 3, 8, 9, 16, 17, 24, 25, 32),
+                                      extras=((None, None), (bias, torch.float32)), what=f"{xdt} xfrag: ")
+        with q.knobs.override(QWEN38_NVFP4_XFRAG="1"):
+            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+            y_graph = qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:27])
+        with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):
+            qt.assert_bitwise_equal(y_graph, _call(x[:27], w, bias), f"{xdt} graph with the copy vs row-major")
+    xl = qt.randn_nonzero(77, k, device="cuda", seed=54)  # slices of 32, 32 and 13 rows
+    with q.knobs.override(QWEN38_NVFP4_PREFILL="chunked", QWEN38_NVFP4_XFRAG="0"):
+        qt.assert_knob_keeps_bits(lambda t: _call(t, w), xl, "QWEN38_NVFP4_XFRAG", "1", rows=(77,),
+                                  what="chunked, 77 rows: ")
+    with q.knobs.override(QWEN38_NVFP4_XFRAG="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_XFRAG"):
+        _call(x[:9], w)
 
 
 @pytest.mark.gpu
@@ -407,7 +506,8 @@ def test_opcheck(device):
 @pytest.mark.parametrize("lab", ["skinny_lab.cu", "fp8_lab.cu", "head_lab.cu", "tiles_skinny_lab.cu",
                                  "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu",
                                  "wgmma_floor_lab.cu", "stream_waves_lab.cu", "xshare_lab.cu", "fp8_t_lab.cu",
-                                 "nvfp4_t_lab.cu", "nvfp4_ring_t_lab.cu", "nvfp4_scale_lab.cu"])
+                                 "nvfp4_t_lab.cu", "nvfp4_ring_t_lab.cu", "nvfp4_scale_lab.cu",
+                                 "nvfp4_xperm_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the weight GEMMs (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8; head_lab.cu: the head's tiles kernel;

@@ -41,6 +41,19 @@ int fp8_stream_mode() {
 }
 
 constexpr const char* kOp = "fp8_block_linear";
+
+// QWEN38_FP8_XFRAG: x in the fragment order for the register-stream kernel at K 5120, k split 4, 4
+// tiles a warp (stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
+// compute capability 9 (where measured), else never; 1: 1.
+int fp8_xfrag_from() {
+  const char* v = std::getenv("QWEN38_FP8_XFRAG");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0)
+    return at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
+                    ": QWEN38_FP8_XFRAG must be auto, 0 or 1, got '", v, "'");
+  return *v == '1' ? 1 : 0;
+}
+
 constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of one N slice
 constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
 constexpr int64_t kMinGemmRows = 256;
@@ -201,14 +214,27 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   }
   // 33..64 rows (auto) or chunked: the skinny kernel on 32-row slices (each row still bit-identical
   // to its 1-row call; the weight is read once per slice).
+  Fp8Launch c;
+  static_cast<Fp8BlockParams&>(c) = p;
+  // x in the fragment order: a buffer of 32 rows' worth (every slice writes it in turn; each copy
+  // waits for the previous kernel, pdl.cuh), where a slice can use it
+  at::Tensor xfrag;
+  if (p.stream != 0 && k == 5120 && v.ksplit == 4) {
+    const int from = fp8_xfrag_from();
+    if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
+      xfrag = at::empty({kSkinnyMaxRows * k}, x.options());
+      c.xfrag = xfrag.data_ptr();
+      c.xfrag_from = from;
+    }
+  }
   const int64_t x_es = x.element_size(), y_es = od == at::kFloat ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);
   char* y0 = static_cast<char*>(p.y);
   for (int64_t r0 = 0; r0 < m; r0 += kSkinnyMaxRows) {
-    p.m = std::min(kSkinnyMaxRows, m - r0);
-    p.x = x0 + r0 * x_stride * x_es;
-    p.y = y0 + r0 * n * y_es;
-    check_launch(kOp, launch_fp8_block_skinny(act_of(x), p, v, pdl, stream), x);
+    c.m = std::min(kSkinnyMaxRows, m - r0);
+    c.x = x0 + r0 * x_stride * x_es;
+    c.y = y0 + r0 * n * y_es;
+    check_launch(kOp, launch_fp8_block_skinny(act_of(x), c, v, pdl, stream), x);
   }
   return y;
 }

@@ -12,7 +12,7 @@ struct Fp8BlockKernel {
 };
 }  // namespace
 
-cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+cudaError_t launch_fp8_block_skinny(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                                     cudaStream_t stream) {
   if (p.stream != 0 && (p.stream != 2 || p.m <= 16) && fp8_stream_serves(p, v))
     return launch_fp8_stream(act, p, v, pdl, stream);

@@ -28,14 +28,23 @@ struct Fp8BlockParams {
                                   // rows, else 128); changes no bit
 };
 
+// A call of the skinny path as the host makes it: the kernels' parameters and what only the launch
+// reads (as Nvfp4Launch: the kernels take Fp8BlockParams, never enlarged by these).
+struct Fp8Launch : Fp8BlockParams {
+  void* xfrag = nullptr;          // register-stream kernel at K 5120, k split 4, 4 tiles a warp: a
+                                  // buffer of 32 rows of x (K x 32 elements) for x in the fragment
+                                  // order (stream_launch.cuh frag), used at xfrag_from rows and
+  int xfrag_from = 9;             // more (null: never); changes no bit
+};
+
 // v: the launch variant of the weight shape (skinny_variants.h).
-cudaError_t launch_fp8_block_skinny(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+cudaError_t launch_fp8_block_skinny(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                                     cudaStream_t stream);
 
 // The register-stream kernel (1..16 rows, K 5120 / 6144 / 17408, N a multiple of 8 nt_narrow, a
 // compiled (ksplit, nt_narrow)); launch_fp8_block_skinny takes it where it serves and p.stream is set.
 bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
-cudaError_t launch_fp8_stream(Act act, const Fp8BlockParams& p, const SkinnyVariant& v, bool pdl,
+cudaError_t launch_fp8_stream(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
 
 // The "mma" prefill strategy (fp8_prefill_kernel.cu): more than 32 rows through mma.sync tiles of

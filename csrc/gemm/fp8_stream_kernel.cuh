@@ -48,7 +48,8 @@ constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
 
 // The x-as-A form's body (fp8_stream_kernel below; also the sm_121a body of the transposed kernel
 // at 4 tiles a warp and 17..32 rows).
-template <typename T, int K, int KSPLIT, int NT, int MT>
+// kFrag: p.x is x in the fragment order of 2 MT groups (stream_common.cuh activation_frag; NT > 1).
+template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
 __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
@@ -57,6 +58,7 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
   constexpr bool kXStep = NT == 1;
   constexpr int kH = 2 * MT;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  static_assert(!kFrag || !kXStep, "the fragment order serves the one-word-ahead schedule");
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
@@ -69,7 +71,8 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) scp[nt] = p.scale + ((nb + 8 * nt) / 128) * kSteps + s0;
   const T* xr[kH];
-  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
+  if constexpr (kFrag) stream::activation_frag(xr, p.x, s0, 4 * g + t);
+  else stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
 
   // weights (never written by a kernel of this library) and scales go out before pdl_wait()
   uint4 wb[kD][NT][2];
@@ -87,7 +90,7 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
-  stream::XWords<kXStep, kH> xw;  // the activations in flight (stream_common.cuh)
+  stream::XWords<kXStep, kH, kFrag ? kH : 0> xw;  // the activations in flight (stream_common.cuh)
   stream::x_first(xw, xr);
 
   for (int s = 0; s < kSW; s += kD) {
@@ -215,7 +218,7 @@ __device__ __forceinline__ uint32_t e4m3_half_to(uint32_t w, int half) {
   }
 }
 
-template <typename T, int K, int KSPLIT, int NT, int NX>
+template <typename T, int K, int KSPLIT, int NT, int NX, bool kFrag = false>
 __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
   static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
   constexpr int MT = NX > 2 ? 2 : 1;  // the reduction's rows: 16 MT
@@ -235,7 +238,8 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) scp[nt] = p.scale + ((nb + 8 * nt) / 128) * kSteps + s0;
   const T* xr[NX];  // row 8 nx + g of x (or the zero row), at this thread's first k
-  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
+  if constexpr (kFrag) stream::activation_frag(xr, p.x, s0, 4 * g + t);  // (or x's fragment order)
+  else stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
 
   uint4 wb[kR][NT][2];
   float sb[kR][NT];
@@ -254,7 +258,7 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
 
   float acc[kA][NX][4];
   stream::zero_fill(acc);
-  stream::XWords<false, NX> xw;  // the activations one word ahead
+  stream::XWords<false, NX, kFrag ? NX : 0> xw;  // the activations one word ahead
 
 #pragma unroll 1
   for (int s = 0; s < kSW; s += kR) {
@@ -333,6 +337,18 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPL
     fp8_stream_t_kernel(const Fp8BlockParams p) {
   if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
   else fp8_stream_t<T, K, KSPLIT, NT, NX>(p);
+}
+
+// The same kernel reading x from its fragment order of NX groups (stream_common.cuh activation_frag,
+// written by xfrag_kernel into p.x): the same body per group count (fp8_t_runs_xa; the x-as-A
+// body's 2 MT groups are NX at 2 and 4), the same values in every thread, so the same bits; as
+// nvfp4_stream_tf_kernel (nvfp4_stream_kernel.cuh), whose lab measured why. Launched by
+// stream_launch.cuh (frag).
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))
+    fp8_stream_tf_kernel(const Fp8BlockParams p) {
+  if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1), true>(p);
+  else fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
 
 }  // namespace qwen38::gemm

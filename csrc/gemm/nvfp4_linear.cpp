@@ -111,6 +111,28 @@ int staged_mode() {
   return *v - '0';
 }
 
+// QWEN38_NVFP4_ONE_GROUP: the register-stream kernel's body at 1..8 rows (stream_launch.cuh
+// use_one_group_xa): -1 auto (by the grid's rounds), 1 the x-as-A body, 0 the transposed body.
+int one_group_mode() {
+  const char* v = std::getenv("QWEN38_NVFP4_ONE_GROUP");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
+  TORCH_CHECK_VALUE(!std::strcmp(v, "xa") || !std::strcmp(v, "t"), "qwen38.", kOp,
+                    ": QWEN38_NVFP4_ONE_GROUP must be auto, xa or t, got '", v, "'");
+  return v[0] == 'x' ? 1 : 0;
+}
+
+// QWEN38_NVFP4_XFRAG: x in the fragment order for the register-stream kernel at K 5120, k split 4, 4
+// tiles a warp (stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
+// compute capability 9 (where measured: at 1..8 rows the copy does not pay), else never; 1: 1.
+int xfrag_from() {
+  const char* v = std::getenv("QWEN38_NVFP4_XFRAG");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0)
+    return at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
+                    ": QWEN38_NVFP4_XFRAG must be auto, 0 or 1, got '", v, "'");
+  return *v == '1' ? 1 : 0;
+}
+
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 // Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
@@ -173,14 +195,29 @@ void launch_dequantize(const char* op, const at::Tensor& w_packed, const at::Ten
 }
 
 // The chunked strategy (and 1..32 rows): the skinny kernel on 32-row slices.
-void run_skinny_chunks(const at::Tensor& x, Nvfp4Params p, const SkinnyVariant& v, int64_t m, cudaStream_t stream) {
+void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const SkinnyVariant& v, int64_t m,
+                       cudaStream_t stream) {
   const bool pdl = knob_enabled("QWEN38_PDL", true);
+  Nvfp4Launch p;
+  static_cast<Nvfp4Params&>(p) = params;
   p.depth = ring_depth();
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);
   p.xshare = knob_enabled("QWEN38_NVFP4_XSHARE", true);
   p.staged = staged_mode();
+  p.one_group = one_group_mode();
   p.cluster = skinny_cluster(kOp);
+  // x in the fragment order: a buffer of 32 rows' worth (every slice of this call writes it in turn;
+  // each copy waits for the previous kernel, pdl.cuh), where a slice can use it
+  at::Tensor xfrag;
+  if (p.stream && p.k == 5120 && v.ksplit == 4) {
+    const int from = xfrag_from();
+    if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
+      xfrag = at::empty({kSkinnyMaxRows * p.k}, x.options());
+      p.xfrag = xfrag.data_ptr();
+      p.xfrag_from = from;
+    }
+  }
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);

@@ -38,19 +38,33 @@ struct Nvfp4Params {
   int staged = -1;                 // register-stream kernel at k split 4, 4 tiles a warp, K 5120: 1 =
                                    // its staged body (weights through a cp.async ring), 0 = never,
                                    // -1 = by the grid's waves (stream_launch.cuh); changes no bit
+  int one_group = -1;              // register-stream kernel at 2 or 4 tiles a warp, 1..8 rows: 1 =
+                                   // the x-as-A body, 0 = the transposed body, -1 = by the grid's
+                                   // rounds (stream_launch.cuh use_one_group_xa); changes no bit
+};
+
+// A call of the skinny path as the host makes it: the kernels' parameters and what only the launch
+// reads. The kernels take Nvfp4Params (a launch slices this to it), so a field here never enlarges
+// their parameter block: one more 8-byte field in Nvfp4Params pushed the 17..32-row bf16 stream
+// kernel (k split 4, 4 tiles, 168 registers) into a 44-byte spill (sm_90a, session 22).
+struct Nvfp4Launch : Nvfp4Params {
+  void* xfrag = nullptr;           // register-stream kernel at K 5120, k split 4, 4 tiles a warp: a
+                                   // buffer of 32 rows of x (K x 32 elements) for x in the fragment
+                                   // order (stream_launch.cuh frag), used at xfrag_from rows and
+  int xfrag_from = 9;              // more (null: never); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
 constexpr int64_t kSkinnyMaxRows = 32;
 
 // v: the launch variant of the weight shape (skinny_variants.h).
-cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
+cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The register-stream kernel (the compiled K values with N a multiple of 8 NT and a compiled
 // (ksplit, NT): nt_narrow at 1..16 rows, nt_wide at 17..32); launch_nvfp4_skinny takes it where it
 // serves and p.stream is set.
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
-cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
+cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The x-shared kernel (nvfp4_xshare_kernel.cuh): the register-stream kernel's bits for weights of few
 // rows at K = 5120 and k split 8 (N a multiple of 8 up to 128 at 1..32 rows: the model's 48- and

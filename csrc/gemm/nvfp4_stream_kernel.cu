@@ -21,6 +21,18 @@ struct Nvfp4StreamOf {
   static constexpr bool kWide = true;
   static constexpr bool kRowGroups = true;
   static constexpr bool kKs8Nt4 = true;
+  static constexpr bool kOneGroupXa = true;  // (its 2-group instantiation runs the x-as-A body)
+  // x in the fragment order (nvfp4_stream_tf_kernel): K 5120, k split 4, 4 tiles a warp
+  template <int K, int KS, int NT>
+  static constexpr bool kFragServes = K == 5120 && KS == 4 && NT == 4;
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr auto frag_fn = nvfp4_stream_tf_kernel<T, K, KS, NT, MT>;
+  static cudaError_t launch_xfrag(const Nvfp4Launch& p, int groups, bool pdl, cudaStream_t stream) {
+    const int64_t n16 = p.k * groups;  // uint4s written
+    return launch_kernel(stream::xfrag_kernel<uint16_t>, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0, stream, pdl,
+                         static_cast<const uint16_t*>(p.x), p.m, p.x_stride, p.k, groups,
+                         static_cast<uint4*>(p.xfrag));
+  }
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>
@@ -33,13 +45,13 @@ struct Nvfp4StreamOf {
   template <int KS, int NT>
   static constexpr size_t kStagedBytes = nvfp4_staged_bytes<KS, NT>();
 };
-using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Params>;
+using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Launch>;
 
 }  // namespace
 
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v) { return L::serves(p, v); }
 
-cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Params& p, const SkinnyVariant& v, bool pdl,
+cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl,
                                 cudaStream_t stream) {
   return L::launch(act, p, v, pdl, stream);
 }

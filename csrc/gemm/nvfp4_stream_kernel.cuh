@@ -104,8 +104,9 @@ constexpr int stream_depth_wide4() {
 
 // T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
-// registers, like the ring kernel's MT 2: each row's sums are the same).
-template <typename T, int K, int KSPLIT, int NT, int MT>
+// registers, like the ring kernel's MT 2: each row's sums are the same). kFrag: p.x is x in the
+// fragment order of 2 MT groups (stream_common.cuh activation_frag; NT > 1).
+template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
 __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
@@ -118,6 +119,7 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
                                               : kStreamDepth;
   constexpr bool kXStep = NT == 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
+  static_assert(!kFrag || !kXStep, "the fragment order serves the one-word-ahead schedule");
   __shared__ float partial[KSPLIT][MT * 16][8];
 
   // a cluster launch (stream_launch.cuh) spreads the KSPLIT warps of a tile over its CTAs
@@ -129,7 +131,8 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
   constexpr int kH = 2 * MT;  // 8-row halves of the A tiles: rows g + 8h
   const T* xr[kH];
-  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
+  if constexpr (kFrag) stream::activation_frag(xr, p.x, s0, 4 * g + t);
+  else stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
 
   // weights are never written by a kernel of this library: the first steps go out before
   // pdl_wait() (pdl.cuh)
@@ -141,7 +144,7 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
-  stream::XWords<kXStep, kH> xw;  // the activations in flight (stream_common.cuh)
+  stream::XWords<kXStep, kH, kFrag ? kH : 0> xw;  // the activations in flight (stream_common.cuh)
   stream::x_first(xw, xr);
 
   for (int s = 0; s < kSW; s += kD) {
@@ -243,7 +246,7 @@ __device__ __forceinline__ void nvfp4_t_word(float (&acc)[NT / 2][NX][4], const 
   }
 }
 
-template <typename T, int K, int KSPLIT, int NT, int NX>
+template <typename T, int K, int KSPLIT, int NT, int NX, bool kFrag = false>
 __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
   static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
@@ -266,7 +269,8 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
   const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
   const T* xr[NX];  // row 8 nx + g of x (or the zero row), at this thread's first k
-  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
+  if constexpr (kFrag) stream::activation_frag(xr, p.x, s0, 4 * g + t);  // (or x's fragment order)
+  else stream::activation_rows(xr, p.x, p.m, p.x_stride, g, 128 * s0 + 32 * t);
 
   uint4 wb[kR][NT];
   uint32_t sb[kR][NT];
@@ -286,7 +290,8 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
 
   float acc[kA][NX][4];
   stream::zero_fill(acc);
-  stream::XWords<false, NX> xw;  // the activations one word ahead
+  using XW = stream::XWords<false, NX, kFrag ? NX : 0>;
+  XW xw;  // the activations one word ahead
 
 #pragma unroll 1
   for (int s = 0; s < kSW; s += kR) {
@@ -308,7 +313,7 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
     wp += 64 * kR;
     sp += 8 * kR;
 #pragma unroll
-    for (int nx = 0; nx < NX; ++nx) xr[nx] += kStepK * kR;
+    for (int nx = 0; nx < NX; ++nx) xr[nx] += XW::kStep * kR;
   }
 
   const float gscale = *p.global;
@@ -351,6 +356,24 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
     nvfp4_stream_t_kernel(const Nvfp4Params p) {
   if constexpr (nvfp4_t_runs_xa<T, KSPLIT, NT, NX>()) nvfp4_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
   else nvfp4_stream_t<T, K, KSPLIT, NT, NX>(p);
+}
+
+// ---- x in the fragment order -------------------------------------------------------------------
+// The same kernel reading x from its fragment order of NX groups (stream_common.cuh activation_frag;
+// written by xfrag_kernel, nvfp4_stream_kernel.cu, into p.x): the same body per group count
+// (nvfp4_t_runs_xa; the x-as-A body's 2 MT groups are NX at 2 and 4), the same values in every
+// thread, so the same bits; a warp's load of a word of x touches 4 L1 lines instead of 16 per group.
+// Why (H200, benchmarks/lab/nvfp4_xperm_lab.cu, nvfp4_xperm_lab_s22.txt; ncu_s22_xperm.txt): at 9..32
+// rows the row-major reads of x are the L1's work (34816x5120 at 16 rows: 8.2M L1 data wavefronts,
+// L1/TEX 83%, DRAM 31%; in the fragment order 4.0M, 48%, 40%); the kernel alone at 16 / 24 / 32
+// rows 49.7 / 63.7 / 76.5 -> 40.3 / 48.7 / 55.4 us, the copy 1.6 us more. At 1..8 rows (7 of 8
+// rows of a group read one zero row) the copy does not pay. Launched by stream_launch.cuh (frag).
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 2 ? 2 : 1)),
+                                  QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, (NX > 2 ? 2 : 1)))
+    nvfp4_stream_tf_kernel(const Nvfp4Params p) {
+  if constexpr (nvfp4_t_runs_xa<T, KSPLIT, NT, NX>()) nvfp4_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1), true>(p);
+  else nvfp4_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
 
 // ---- the staged transposed body: the weights through a per-thread cp.async ring ---------------

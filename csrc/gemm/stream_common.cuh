@@ -10,6 +10,7 @@
 #include "common/cluster.cuh"
 #include "common/mma.cuh"
 #include "common/nvfp4.cuh"  // QWEN38_HW_E2M1, the decode
+#include "common/pdl.cuh"
 #include "common/vec.cuh"     // zero_fill
 
 namespace qwen38::gemm {
@@ -85,40 +86,81 @@ __device__ __forceinline__ void activation_rows(const T* (&xr)[kH], const void* 
   for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < m ? x0 + (g + 8 * h) * x_stride : zero) + off;
 }
 
+// The fragment order of x (kFragH groups of 8 rows; written by xfrag_kernel below):
+// the 16-byte word q of step s of group h that lane 4 g + t of every warp reads - x[8 h + g][128 s +
+// 32 t + 8 q .. + 7], zeros for rows at or past M - is uint4 ((4 s + q) kFragH + h) 32 + lane, so a
+// warp's load of a word of a group is 512 contiguous bytes (4 L1 lines) where the row-major rows
+// touch 8 rows x 2 lines (the four threads of a row read 16 bytes 64 apart). The same values reach
+// each thread: the same bits. xfrag_elems: the copy's length in 2-byte elements, K x 8 kFragH.
+constexpr int64_t xfrag_elems(int64_t k, int groups) { return k * 8 * groups; }
+
+// x (row-major: m rows of k 2-byte values E, `stride` apart) -> its fragment order of `groups`
+// groups of 8 rows (zeros for rows at or past m) at `out`: one uint4 a thread, k x groups of them.
+template <typename E>
+__global__ void __launch_bounds__(256) xfrag_kernel(const E* __restrict__ x, int64_t m, int64_t stride, int64_t k,
+                                                    int groups, uint4* __restrict__ out) {
+  static_assert(sizeof(E) == 2, "2-byte activations");
+  pdl_wait();  // x is the previous kernel's output, and the previous kernel may still read `out`
+  pdl_allow();
+  const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (i >= k * groups) return;
+  const int lane = int(i % 32), h = int(i / 32 % groups);
+  const int64_t sq = i / (32 * groups);  // 4 s + q
+  const int64_t row = 8 * h + lane / 4;
+  const int64_t col = 128 * (sq / 4) + 32 * (lane % 4) + 8 * (sq % 4);
+  out[i] = row < m ? load_x(x + row * stride + col) : make_uint4(0, 0, 0, 0);
+}
+
+// The row pointers of x in the fragment order (kH groups): group h of this warp's first step s0 at
+// lane `lane` (element offsets; XWords<.., kH> strides them).
+template <typename T, int kH>
+__device__ __forceinline__ void activation_frag(const T* (&xr)[kH], const void* xf, int s0, int lane) {
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xr[h] = static_cast<const T*>(xf) + (int64_t(s0) * 4 * kH + h) * 256 + 8 * lane;
+}
+
 // The activations of a warp step, word by word (q = 0..3: 8 values of each row half at 8 q). Two
 // schedules: kXStep (1 tile a warp) keeps a whole step in flight - x_first loads step 0, and
 // x_word hands out word q of step ss and loads word q of step ss + 1 in its place; otherwise one
 // word ahead - x_step loads word 0 of step ss, x_word hands out word q and loads word q + 1.
-template <bool kXStep, int kH>
+// kFragH 0: x row-major (activation_rows; word q of step ss 128 ss + 8 q elements on); else the
+// fragment order of kFragH groups (activation_frag; kStep / kWord: the strides in elements).
+template <bool kXStep, int kH, int kFragH = 0>
 struct XWords {
+  static constexpr int kStep = kFragH > 0 ? 4 * kFragH * 256 : 128;
+  static constexpr int kWord = kFragH > 0 ? kFragH * 256 : 8;
   uint4 ahead[kXStep ? 4 : 1][kH];
 };
-template <bool kXStep, typename T, int kH>
-__device__ __forceinline__ void x_first(XWords<kXStep, kH>& x, const T* const (&xr)[kH]) {
+template <bool kXStep, typename T, int kH, int kF>
+__device__ __forceinline__ void x_first(XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH]) {
+  using X = XWords<kXStep, kH, kF>;
   if constexpr (kXStep) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
-      for (int h = 0; h < kH; ++h) x.ahead[q][h] = load_x(xr[h] + 8 * q);
+      for (int h = 0; h < kH; ++h) x.ahead[q][h] = load_x(xr[h] + X::kWord * q);
   }
 }
-template <bool kXStep, typename T, int kH>
-__device__ __forceinline__ void x_step(XWords<kXStep, kH>& x, const T* const (&xr)[kH], int ss) {
+template <bool kXStep, typename T, int kH, int kF>
+__device__ __forceinline__ void x_step(XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int ss) {
+  using X = XWords<kXStep, kH, kF>;
   if constexpr (!kXStep) {
 #pragma unroll
-    for (int h = 0; h < kH; ++h) x.ahead[0][h] = load_x(xr[h] + 128 * ss);
+    for (int h = 0; h < kH; ++h) x.ahead[0][h] = load_x(xr[h] + X::kStep * ss);
   }
 }
-template <bool kXStep, typename T, int kH>
-__device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH>& x, const T* const (&xr)[kH], int ss,
+template <bool kXStep, typename T, int kH, int kF>
+__device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int ss,
                                        int q, int steps) {
+  using X = XWords<kXStep, kH, kF>;
   const int slot = kXStep ? q : 0;
 #pragma unroll
   for (int h = 0; h < kH; ++h) xc[h] = x.ahead[slot][h];
   if (kXStep ? ss + 1 < steps : q < 3) {
 #pragma unroll
     for (int h = 0; h < kH; ++h)
-      x.ahead[slot][h] = load_x(xr[h] + (kXStep ? 128 * (ss + 1) + 8 * q : 128 * ss + 8 * (q + 1)));
+      x.ahead[slot][h] =
+          load_x(xr[h] + (kXStep ? X::kStep * (ss + 1) + X::kWord * q : X::kStep * ss + X::kWord * (q + 1)));
   }
 }
 

@@ -11,6 +11,9 @@
 // `template <int K, int KS, int NT> kStagedServes`: a staged form is compiled for that kernel (then
 // `staged_fn`, same arguments as `fn`, and `template <int KS, int NT> kStagedBytes`, its dynamic
 // shared memory; use_staged below picks it).
+// `template <int K, int KS, int NT> kFragServes`: the kernel also reads x in its fragment order (then
+// `frag_fn`, same arguments as `fn`, and `launch_xfrag(p, groups, pdl, stream)`, the copy; frag below).
+// `kOneGroupXa`: 1..8 rows may run the 2-group instantiation (the x-as-A body; use_one_group_xa below).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
 // as the MT argument; the others per m16 tile.
@@ -190,15 +193,81 @@ struct StreamLaunch {
     return launch_kernel_cluster(fn, grid, block, smem, stream, pdl, 1, p);
   }
 
+  // Of::kOneGroupXa: at 1..8 rows (one group of 8 rows of x) the register form may run the x-as-A
+  // body (the 2-group instantiation, nvfp4_t_runs_xa) instead of the transposed one: p.one_group 1
+  // takes it, 0 never; -1 (auto) on compute capability 9 when the register form's grid (no cluster
+  // form) needs more than two rounds of CTAs (its occupancy x SMs x 2 < the grid). On the H200 that
+  // is 34816x5120 (1088 CTAs, 4 an SM: 2.06 rounds), where the x-as-A body was faster in three lab
+  // runs (benchmarks/lab/nvfp4_ring_t_lab.cu, nvfp4_ring_t_lab_s21_1g.txt: 41.2 / 41.5 / 43.3 us
+  // against 42.8 / 44.2 / 45.2 at 1 / 4 / 8 rows; why is not understood); every grid of two rounds or
+  // fewer ran the transposed body faster (nvfp4_stream_kernel.cuh nvfp4_t_runs_xa). A launch detail
+  // that changes no bit. The first call per (kernel, device, grid) queries; later calls read a cache.
+  template <typename T, int K, int KS, int NT>
+  static cudaError_t use_one_group_xa(const P& p, int64_t tiles, bool* out) {
+    *out = p.one_group > 0;
+    if (p.one_group >= 0 || Of::template kClusters<K, KS>) return cudaSuccess;
+    auto reg = Of::template fn<T, K, KS, NT, 1>;
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
+    int dev = 0;
+    if (cudaError_t e = cudaGetDevice(&dev)) return e;
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(reg), dev, tiles);
+    return cached_query(mu, cache, key, out, [&](bool* use) {
+      int major = 0, sms = 0, occ = 0;
+      *use = false;
+      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
+      if (major != 9) return cudaSuccess;
+      if (cudaError_t e = device_sms(&sms)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, reg, 32 * KS, 0)) return e;
+      *use = int64_t(occ) * sms * 2 < tiles;
+      return cudaSuccess;
+    });
+  }
+
+  // Of::kFragServes<K, KS, NT>: the kernel also reads x in its fragment order (stream_common.cuh
+  // activation_frag; Of::frag_fn, the same bits): where the caller passes a buffer for it (p.xfrag of
+  // Nvfp4Launch; nvfp4_linear.cpp: QWEN38_NVFP4_XFRAG) and the call has p.xfrag_from rows or more
+  // (and the staged body is not forced), Of::launch_xfrag writes x in that order into p.xfrag
+  // (ceil(M / 8) groups, at least 2: 1..8 rows run the 2-group instantiation, the x-as-A body) and
+  // the kernel reads it.
+  template <typename T, int K, int KS, int NT, int MT>
+  static cudaError_t frag(const P& p, bool pdl, cudaStream_t stream) {
+    constexpr int G = MT < 2 ? 2 : MT;
+    if (cudaError_t e = Of::launch_xfrag(p, G, pdl, stream)) return e;
+    P q = p;
+    q.x = p.xfrag;
+    return launch_registered<K, KS, NT, G>(Of::template frag_fn<T, K, KS, NT, G>, q, pdl, stream);
+  }
+
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t one(const P& p, bool pdl, cudaStream_t stream) {
     const int64_t tiles = p.n / (8 * NT);
+    if constexpr (Of::template kFragServes<K, KS, NT>) {
+      static_assert(Of::kRowGroups && NT > 1, "MT counts groups of 8 rows here");
+      bool staged_forced = false;
+      if constexpr (Of::template kStagedServes<K, KS, NT>) staged_forced = p.staged == 1;
+      if (p.xfrag != nullptr && p.m >= p.xfrag_from && !staged_forced) return frag<T, K, KS, NT, MT>(p, pdl, stream);
+    }
     if constexpr (Of::template kStagedServes<K, KS, NT>) {
       bool st = false;
       if (cudaError_t e = use_staged<T, K, KS, NT, MT>(p, tiles, &st)) return e;
       if (st) return staged<T, K, KS, NT, MT>(p, tiles, pdl, stream);
     }
-    auto fn = Of::template fn<T, K, KS, NT, MT>;
+    if constexpr (Of::kOneGroupXa && Of::kRowGroups && NT > 1 && MT == 1) {
+      bool xa = false;
+      if (cudaError_t e = use_one_group_xa<T, K, KS, NT>(p, tiles, &xa)) return e;
+      if (xa) return registered<T, K, KS, NT, 2>(p, pdl, stream);
+    }
+    return registered<T, K, KS, NT, MT>(p, pdl, stream);
+  }
+  // the register form's launch (cluster_of, spread, wave_fit)
+  template <typename T, int K, int KS, int NT, int MT>
+  static cudaError_t registered(const P& p, bool pdl, cudaStream_t stream) {
+    return launch_registered<K, KS, NT, MT>(Of::template fn<T, K, KS, NT, MT>, p, pdl, stream);
+  }
+  template <int K, int KS, int NT, int MT, typename... KArgs>
+  static cudaError_t launch_registered(void (*fn)(KArgs...), const P& p, bool pdl, cudaStream_t stream) {
+    const int64_t tiles = p.n / (8 * NT);
     constexpr int kMt = reduce_mt<NT, MT>();  // m16 tiles of the partials
     int cl = 1;
     if constexpr (Of::template kClusters<K, KS>)
@@ -278,18 +347,22 @@ struct StreamLaunch {
   }
 
   // 1..16 rows: one m16 tile and the variant's nt_narrow; 17..32: two and nt_wide
-  static int tiles_m(const P& p) { return p.m <= 16 ? 1 : 2; }
-  static int tiles_n(const P& p, const SkinnyVariant& v) { return p.m <= 16 ? v.nt_narrow : v.nt_wide; }
+  template <typename Q>
+  static int tiles_m(const Q& p) { return p.m <= 16 ? 1 : 2; }
+  template <typename Q>
+  static int tiles_n(const Q& p, const SkinnyVariant& v) { return p.m <= 16 ? v.nt_narrow : v.nt_wide; }
 
   // the instantiation serving a call, or null (rows, N not a multiple of 8 NT, K or variant not compiled)
-  static Fn find(Act act, const P& p, const SkinnyVariant& v) {
+  template <typename Q>  // P or the kernels' parameters it extends (reads m, n, k)
+  static Fn find(Act act, const Q& p, const SkinnyVariant& v) {
     const int nt = tiles_n(p, v), mt = tiles_m(p), g = int((p.m + 7) / 8);
     if (p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0 || p.n % (8 * nt) != 0) return nullptr;
     return act == Act::kBF16 ? pick_k<__nv_bfloat16>(p.k, v.ksplit, nt, mt, g)
                              : pick_k<__half>(p.k, v.ksplit, nt, mt, g);
   }
 
-  static bool serves(const P& p, const SkinnyVariant& v) { return find(Act::kBF16, p, v) != nullptr; }
+  template <typename Q>
+  static bool serves(const Q& p, const SkinnyVariant& v) { return find(Act::kBF16, p, v) != nullptr; }
 
   static cudaError_t launch(Act act, const P& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
     const Fn fn = find(act, p, v);
