@@ -350,6 +350,40 @@ def assert_knob_keeps_bits(fn: Callable, x_rows: torch.Tensor, knob: str, value:
             assert_bitwise_equal(got, want, f"{what}{m} rows, extra arguments #{i}: {knob}={value} changes bits")
 
 
+def assert_xfrag_knob(call: Callable, x_rows: torch.Tensor, bias: torch.Tensor, x_long: torch.Tensor, knob: str,
+                      kernel: str, prefill_knob: str) -> None:
+    """The fragment-ordered x of a weight GEMM's stream kernel (``knob``: auto / 0 / 1; its copy kernel
+    ``xfrag_kernel`` and the GEMM kernel ``kernel``), for ``call(x, bias=None, out_dtype=None)`` on a
+    weight the kernel serves and a 32-row (possibly strided) ``x_rows``: forced on, every row count
+    launches the copy and the kernel and gives the bits of the row-major reads (0), with bias and fp32
+    output, in a CUDA graph and in 32-row slices of ``x_long`` (``prefill_knob`` = chunked); rows stay
+    invariant; auto launches them on compute capability 9 from 9 rows only."""
+    from . import knobs
+
+    def frag(m: int) -> list[str]:
+        return [s for s in cuda_kernel_names(lambda: call(x_rows[:m])) if "xfrag_kernel" in s or kernel in s]
+
+    cc9 = torch.cuda.get_device_properties(x_rows.device).major == 9
+    what = f"{x_rows.dtype} {knob}: "
+    for m in (1, 8, 9, 32):
+        with knobs.override(**{knob: "1"}):
+            assert len(frag(m)) == 2, f"{what}knob 1, {m} rows"
+        with knobs.override(**{knob: "0"}):
+            assert not frag(m), f"{what}knob 0, {m} rows"
+        assert len(frag(m)) == (2 if cc9 and m >= 9 else 0), f"{what}auto, {m} rows"
+    with knobs.override(**{knob: "0"}):
+        assert_knob_keeps_bits(lambda t, *e: call(t, *e), x_rows, knob, "1", rows=(1, 3, 8, 9, 16, 17, 24, 25, 32),
+                               extras=((None, None), (bias, torch.float32)), what=what)
+        want = call(x_rows[:27], bias)
+    with knobs.override(**{knob: "1"}):
+        assert_row_invariant(lambda t: call(t), x_rows, max_rows=32)
+        assert_bitwise_equal(assert_graph_equals_eager(lambda t: call(t, bias), x_rows[:27]), want,
+                             f"{what}graph with the copy vs row-major")
+    with knobs.override(**{prefill_knob: "chunked", knob: "0"}):
+        assert_knob_keeps_bits(lambda t: call(t), x_long, knob, "1", rows=(x_long.shape[0],),
+                               what=f"{what}chunked: ")
+
+
 def cuda_kernel_names(fn: Callable, *args) -> list[str]:
     """The names of the CUDA kernels ``fn(*args)`` launches, in launch order (torch.profiler's CUDA
     activity; the call runs once more first, outside the profile, so lazy setup is not in it)."""

@@ -87,40 +87,20 @@ def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_varia
 @pytest.mark.gpu
 def test_xfrag_copy_keeps_the_stream_kernels_bits(skinny_variant):
     """At K = 5120, k split 4 and 4 tiles a warp the register-stream kernel can read x from a copy in
-    the fragment order (QWEN38_FP8_XFRAG; written by a copy kernel first): forced on (1) every row
-    count 1..32 gives the bits of the row-major reads (0), for bf16 and fp16 activations, with bias
-    and fp32 output, from a strided x, in 32-row slices of a longer x, and in a CUDA graph; every row
-    of a 32-row call agrees with its 1-row call. The profiler shows the copy and the kernel. Auto (the
-    default) takes it on compute capability 9 from 9 rows, never below. A knob value other than auto,
-    0 or 1 is an error naming it."""
+    the fragment order (QWEN38_FP8_XFRAG; written by a copy kernel first): testing.assert_xfrag_knob
+    (forced on, every row count 1..32 gives the bits of the row-major reads, for bf16 and fp16
+    activations, with bias and fp32 output, from a strided x, in 32-row slices of a longer x and in a
+    CUDA graph; rows invariant; auto on compute capability 9 from 9 rows; N = 384: three scale rows).
+    A knob value other than auto, 0 or 1 is an error naming it."""
     n, k = 384, 5120
     skinny_variant("fp8_block_linear", n, k, 4, 4)
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=61)
-    frag = lambda m: [s for s in qt.cuda_kernel_names(lambda: _call(x[:m], w))  # noqa: E731
-                      if "xfrag_kernel" in s or "fp8_stream_tf_kernel" in s]
-    cc9 = torch.cuda.get_device_properties(0).major == 9
+    xl = qt.randn_nonzero(77, k, device="cuda", seed=63)  # slices of 32, 32 and 13 rows
     for xdt in (torch.bfloat16, torch.float16):
         x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=62)[:, :k]  # row stride k + 64
-        for m in (1, 8, 9, 32):
-            with q.knobs.override(QWEN38_FP8_XFRAG="1"):
-                assert len(frag(m)) == 2, f"knob 1, {m} rows"
-            with q.knobs.override(QWEN38_FP8_XFRAG="0"):
-                assert not frag(m), f"knob 0, {m} rows"
-            assert len(frag(m)) == (2 if cc9 and m >= 9 else 0), f"auto, {m} rows"
-        with q.knobs.override(QWEN38_FP8_XFRAG="0"):
-            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_XFRAG", "1",
-                                      rows=(1, 3, 8, 9, 16, 17, 24, 25, 32),
-                                      extras=((None, None), (bias, torch.float32)), what=f"{xdt} xfrag: ")
-        with q.knobs.override(QWEN38_FP8_XFRAG="1"):
-            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
-            y_graph = qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:27])
-        with q.knobs.override(QWEN38_FP8_XFRAG="0"):
-            qt.assert_bitwise_equal(y_graph, _call(x[:27], w, bias), f"{xdt} graph with the copy vs row-major")
-    xl = qt.randn_nonzero(77, k, device="cuda", seed=63)  # slices of 32, 32 and 13 rows
-    with q.knobs.override(QWEN38_FP8_PREFILL="chunked", QWEN38_FP8_XFRAG="0"):
-        qt.assert_knob_keeps_bits(lambda t: _call(t, w), xl, "QWEN38_FP8_XFRAG", "1", rows=(77,),
-                                  what="chunked, 77 rows: ")
+        qt.assert_xfrag_knob(lambda t, *e: _call(t, w, *e), x, bias, xl, "QWEN38_FP8_XFRAG",
+                             "fp8_stream_tf_kernel", "QWEN38_FP8_PREFILL")
     with q.knobs.override(QWEN38_FP8_XFRAG="2"), pytest.raises(ValueError, match="QWEN38_FP8_XFRAG"):
         _call(x[:9], w)
 

@@ -24,162 +24,27 @@ using namespace nvfp4_ab;
 
 namespace {
 
-// Fragment order of x for H groups of 8 rows: uint4 index ((s 4 + q) H + h) 32 + lane holds
-// x[8 h + lane / 4][128 s + 32 (lane % 4) + 8 q .. + 7] (zeros for rows at or past m).
+// The copy of x in the fragment order: the library's (stream_common.cuh xfrag_kernel, the layout
+// activation_frag reads), launched plainly; k x h uint4s, one a thread.
 template <typename T>
-__global__ void xperm_kernel(const T* __restrict__ x, int m, int64_t stride, int k, int h_groups, uint4* out) {
-  const int64_t total = int64_t(k / 8) * h_groups * 32 / 4;  // (k / 128 steps) x 4 words x H x 32
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int lane = int(i % 32), h = int(i / 32 % h_groups);
-    const int64_t sq = i / (32 * h_groups);  // 4 s + q
-    const int row = 8 * h + lane / 4;
-    const int64_t col = 128 * (sq / 4) + 32 * (lane % 4) + 8 * (sq % 4);
-    out[i] = row < m ? *reinterpret_cast<const uint4*>(x + row * stride + col) : make_uint4(0, 0, 0, 0);
-  }
+void xperm(const T* x, int m, int k, int h, uint4* out, cudaStream_t s = 0) {
+  stream::xfrag_kernel<uint16_t><<<unsigned((int64_t(k) * h + 255) / 256), 256, 0, s>>>(
+      reinterpret_cast<const uint16_t*>(x), m, k, k, h, out);
 }
-inline unsigned xperm_blocks(int k, int h) { return unsigned((int64_t(k / 8) * h * 8 + 255) / 256); }
 
-// nvfp4_stream_t with x from the fragment order (H = NX groups)
+// The library's bodies reading x in the fragment order (nvfp4_stream_kernel.cuh, kFrag; session 22
+// measured the lab's own copies of them, landed as these): the transposed body at NX groups and the
+// x-as-A body at MT m16 tiles (2 MT groups), with the library kernels' launch bounds.
 template <typename T, int K, int KSPLIT, int NT, int NX>
 __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 2 ? 2 : 1)),
                                   QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, (NX > 2 ? 2 : 1)))
     tp_kernel(const Nvfp4Params p) {
-  using D = nvfp4::PairDecode<T>;
-  constexpr int MT = NX > 2 ? 2 : 1;
-  constexpr int kA = NT / 2;
-  constexpr int kSW = K / kStepK / KSPLIT;
-  constexpr int kRowB = K / 2, kRowS = K / 16;
-  constexpr int kD = kStreamDepth, kR = kD + 1;
-  constexpr int kWord = NX * 32;  // uint4s of one (step, word)
-  __shared__ float partial[KSPLIT][MT * 16][8];
-
-  const stream::StreamThread th = stream::stream_begin<false>(8 * NT, kSW);
-  const int g = th.g, t = th.t, s0 = th.s0, lane = threadIdx.x % 32;
-  const int64_t nb = th.nb;
-  const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
-  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
-  const uint4* xq = static_cast<const uint4*>(p.x) + int64_t(s0) * 4 * kWord + lane;
-
-  uint4 wb[kR][NT];
-  uint32_t sb[kR][NT];
-  auto load_step = [&](int set, int j) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      wb[set][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * j);
-      sb[set][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * j);
-    }
-  };
-#pragma unroll
-  for (int d = 0; d < kD; ++d) load_step(d, d);
-
-  float acc[kA][NX][4];
-  stream::zero_fill(acc);
-  uint4 xn[NX];
-
-#pragma unroll 1
-  for (int s = 0; s < kSW; s += kR) {
-#pragma unroll
-    for (int d = 0; d < kR; ++d) {
-      if (kSW % kR != 0 && s + d >= kSW) break;
-      const int ss = s + d;
-      if (ss + kD < kSW) load_step((d + kD) % kR, d + kD);
-      typename D::T2 s2[NT][2];
-      stream::nvfp4_scales<T, NT>(s2, sb[d]);
-#pragma unroll
-      for (int nx = 0; nx < NX; ++nx) xn[nx] = stream::load_x(xq + (4 * d) * kWord + nx * 32);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint4 xc[NX];
-#pragma unroll
-        for (int nx = 0; nx < NX; ++nx) xc[nx] = xn[nx];
-        if (q < 3)
-#pragma unroll
-          for (int nx = 0; nx < NX; ++nx) xn[nx] = stream::load_x(xq + (4 * d + q + 1) * kWord + nx * 32);
-        nvfp4_t_word<T, NT, NX>(acc, xc, wb[d], s2, q);
-      }
-    }
-    wp += 64 * kR;
-    sp += 8 * kR;
-    xq += 4 * kWord * kR;
-  }
-
-  const float gscale = *p.global;
-  const StreamTile tile_e = stream_tile<false>(8 * NT);
-  reduce_and_store_t<MT, KSPLIT, NT, NX>(partial, acc, tile_e.warp, g, t, nvfp4::kPairUnscale, gscale, p.bias,
-                                         p.bias_dtype, p.y, p.out, p.m, p.n, tile_e.n0);
+  nvfp4_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
-
-// nvfp4_stream_xa (k split 2..4, 2 or 4 tiles a warp: no cluster form) with x from the fragment
-// order (H = 2 MT groups: rows g + 8 h)
 template <typename T, int K, int KSPLIT, int NT, int MT>
 __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
                                   QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)) xap_kernel(const Nvfp4Params p) {
-  constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;
-  constexpr int kRowB = K / 2, kRowS = K / 16;
-  constexpr int kD = KSPLIT == 4 && MT == 2 ? stream_depth_wide4<T>() : kStreamDepth;
-  constexpr int kH = 2 * MT, kWord = kH * 32;
-  static_assert(NT > 1 && !kStreamClusters<K, KSPLIT>, "the big weights' kernels only");
-  __shared__ float partial[KSPLIT][MT * 16][8];
-
-  const stream::StreamThread th = stream::stream_begin<false>(8 * NT, kSW);
-  const int g = th.g, t = th.t, s0 = th.s0, lane = threadIdx.x % 32;
-  const int64_t nb = th.nb;
-  const uint8_t* __restrict__ wp = p.w + (nb + g) * kRowB + 64 * s0 + 16 * t;
-  const uint8_t* __restrict__ sp = p.scale + (nb + g) * kRowS + 8 * s0 + 2 * t;
-  const uint4* xq = static_cast<const uint4*>(p.x) + int64_t(s0) * 4 * kWord + lane;
-
-  uint4 wb[kD][NT];
-  uint32_t sb[kD][NT];
-  stream::nvfp4_load_steps(wb, sb, wp, sp, kRowB, kRowS);
-
-  float acc[NT][MT][4];
-  stream::zero_fill(acc);
-  uint4 xn[kH];
-
-  for (int s = 0; s < kSW; s += kD) {
-#pragma unroll
-    for (int d = 0; d < kD; ++d) {
-      if (kSW % kD != 0 && s + d >= kSW) break;
-      const int ss = s + d;
-      uint4 wq[NT];
-      uint32_t sc[NT];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        wq[nt] = wb[d][nt];
-        sc[nt] = sb[d][nt];
-      }
-      if (ss + kD < kSW) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * (ss + kD));
-          sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kD));
-        }
-      }
-      typename nvfp4::PairDecode<T>::T2 s2[NT][2];
-      stream::nvfp4_scales<T, NT>(s2, sc);
-#pragma unroll
-      for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xq + (4 * ss) * kWord + h * 32);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint4 xc[kH];
-#pragma unroll
-        for (int h = 0; h < kH; ++h) xc[h] = xn[h];
-        if (q < 3)
-#pragma unroll
-          for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xq + (4 * ss + q + 1) * kWord + h * 32);
-        uint32_t af[MT][2][4];
-        stream::nvfp4_a_fragments<MT>(af, xc);
-        stream::nvfp4_word_mmas<T, NT, MT>(acc, af, wq, s2, q);
-      }
-    }
-  }
-
-  const float gscale = *p.global;
-  const StreamTile tile_e = stream_tile<false>(8 * NT);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-    reduce_and_store<MT, KSPLIT>(partial, acc[nt], tile_e.warp, g, t, nvfp4::kPairUnscale, gscale, p.bias,
-                                 p.bias_dtype, p.y, p.out, p.m, p.n, tile_e.n0 + 8 * nt);
+  nvfp4_stream_xa<T, K, KSPLIT, NT, MT, true>(p);
 }
 
 uint4* g_xp = nullptr;  // the fragment-ordered x (32 rows' worth)
@@ -188,17 +53,17 @@ uint4* g_xp = nullptr;  // the fragment-ordered x (32 rows' worth)
 template <typename T, typename Kern>
 void run_perm(Case& c, int m, bool half, Kern kernel, int h, std::vector<uint8_t>& ref, const char* label) {
   const T* x = static_cast<const T*>(half ? c.xh : c.x);
-  xperm_kernel<T><<<xperm_blocks(c.k, h), 256>>>(x, m, c.k, c.k, h, g_xp);
+  xperm(x, m, c.k, h, g_xp);
   CK(cudaGetLastError());
   Case cp = c;
   cp.x = cp.xh = g_xp;  // the body reads the copy (params() passes x_stride K: unused by it)
   run(cp, m, half, kernel, unsigned(c.n / 32), 128, 0, ref, label);
   if (half) return;
   const float us_perm = time_graph(24, [&](int, cudaStream_t s) {
-    xperm_kernel<T><<<xperm_blocks(c.k, h), 256, 0, s>>>(x, m, c.k, c.k, h, g_xp);
+    xperm(x, m, c.k, h, g_xp, s);
   });
   const float us_pair = time_graph(std::max(4 * c.copies, 24), [&](int i, cudaStream_t s) {
-    xperm_kernel<T><<<xperm_blocks(c.k, h), 256, 0, s>>>(x, m, c.k, c.k, h, g_xp);
+    xperm(x, m, c.k, h, g_xp, s);
     kernel<<<unsigned(c.n / 32), 128, 0, s>>>(params(cp, m, half, i));
   });
   std::printf("  %-30s permute alone %6.2f us, permute + body %7.2f us\n", "", us_perm, us_pair);
@@ -235,9 +100,9 @@ void ncu_launches(size_t l2) {
     auto both = [&](auto xa, auto t, auto xap, auto tp, int h_xa, int h_t) {
       xa<<<grid, 128>>>(params(c, m, false, 0));
       t<<<grid, 128>>>(params(c, m, false, 0));
-      xperm_kernel<bf16><<<xperm_blocks(c.k, h_xa), 256>>>(x, m, c.k, c.k, h_xa, g_xp);
+      xperm(x, m, c.k, h_xa, g_xp);
       xap<<<grid, 128>>>(params(cp, m, false, 0));
-      xperm_kernel<bf16><<<xperm_blocks(c.k, h_t), 256>>>(x, m, c.k, c.k, h_t, g_xp);
+      xperm(x, m, c.k, h_t, g_xp);
       tp<<<grid, 128>>>(params(cp, m, false, 0));
     };
     if (m == 1)

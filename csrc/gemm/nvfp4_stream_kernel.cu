@@ -27,12 +27,6 @@ struct Nvfp4StreamOf {
   static constexpr bool kFragServes = K == 5120 && KS == 4 && NT == 4;
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto frag_fn = nvfp4_stream_tf_kernel<T, K, KS, NT, MT>;
-  static cudaError_t launch_xfrag(const Nvfp4Launch& p, int groups, bool pdl, cudaStream_t stream) {
-    const int64_t n16 = p.k * groups;  // uint4s written
-    return launch_kernel(stream::xfrag_kernel<uint16_t>, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0, stream, pdl,
-                         static_cast<const uint16_t*>(p.x), p.m, p.x_stride, p.k, groups,
-                         static_cast<uint4*>(p.xfrag));
-  }
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>

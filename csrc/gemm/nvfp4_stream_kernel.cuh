@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
 
 // ---- x in the fragment order -------------------------------------------------------------------
 // The same kernel reading x from its fragment order of NX groups (stream_common.cuh activation_frag;
-// written by xfrag_kernel, nvfp4_stream_kernel.cu, into p.x): the same body per group count
+// written by stream_common.cuh xfrag_kernel into p.x): the same body per group count
 // (nvfp4_t_runs_xa; the x-as-A body's 2 MT groups are NX at 2 and 4), the same values in every
 // thread, so the same bits; a warp's load of a word of x touches 4 L1 lines instead of 16 per group.
 // Why (H200, benchmarks/lab/nvfp4_xperm_lab.cu, nvfp4_xperm_lab_s22.txt; ncu_s22_xperm.txt): at 9..32

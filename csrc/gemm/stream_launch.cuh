@@ -12,7 +12,7 @@
 // `staged_fn`, same arguments as `fn`, and `template <int KS, int NT> kStagedBytes`, its dynamic
 // shared memory; use_staged below picks it).
 // `template <int K, int KS, int NT> kFragServes`: the kernel also reads x in its fragment order (then
-// `frag_fn`, same arguments as `fn`, and `launch_xfrag(p, groups, pdl, stream)`, the copy; frag below).
+// `frag_fn`, same arguments as `fn`; P has the buffer, xfrag and xfrag_from; frag below).
 // `kOneGroupXa`: 1..8 rows may run the 2-group instantiation (the x-as-A body; use_one_group_xa below).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
@@ -30,6 +30,7 @@
 #include "common/launch.cuh"
 #include "gemm/nvfp4_linear_launch.h"
 #include "gemm/skinny_variants.h"
+#include "gemm/stream_common.cuh"  // xfrag_kernel
 
 namespace qwen38::gemm {
 
@@ -227,13 +228,17 @@ struct StreamLaunch {
   // Of::kFragServes<K, KS, NT>: the kernel also reads x in its fragment order (stream_common.cuh
   // activation_frag; Of::frag_fn, the same bits): where the caller passes a buffer for it (p.xfrag of
   // Nvfp4Launch; nvfp4_linear.cpp: QWEN38_NVFP4_XFRAG) and the call has p.xfrag_from rows or more
-  // (and the staged body is not forced), Of::launch_xfrag writes x in that order into p.xfrag
-  // (ceil(M / 8) groups, at least 2: 1..8 rows run the 2-group instantiation, the x-as-A body) and
-  // the kernel reads it.
+  // (and the staged body is not forced), a copy kernel writes x in that order into p.xfrag
+  // (xfrag_kernel: ceil(M / 8) groups, at least 2: 1..8 rows run the 2-group instantiation, the
+  // x-as-A body) and the kernel reads it.
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t frag(const P& p, bool pdl, cudaStream_t stream) {
     constexpr int G = MT < 2 ? 2 : MT;
-    if (cudaError_t e = Of::launch_xfrag(p, G, pdl, stream)) return e;
+    const int64_t n16 = p.k * G;  // uint4s of the copy (stream_common.cuh xfrag_kernel)
+    if (cudaError_t e = launch_kernel(stream::xfrag_kernel<uint16_t>, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0,
+                                      stream, pdl, static_cast<const uint16_t*>(p.x), p.m, p.x_stride, p.k, G,
+                                      static_cast<uint4*>(p.xfrag)))
+      return e;
     P q = p;
     q.x = p.xfrag;
     return launch_registered<K, KS, NT, G>(Of::template frag_fn<T, K, KS, NT, G>, q, pdl, stream);
