@@ -102,27 +102,27 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "`t`: the transposed body. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_XFRAG", "auto",
          "auto (default): on compute capability 9, nvfp4_linear at 9..32 rows (each 32-row slice of 9 rows "
-         "or more) through the register-stream kernel at K = 5120, k split 4 and 4 tiles a warp (the tables' "
-         "choice for the model's weights of 6144 rows and more) first copies x into the fragment order "
-         "(csrc/gemm/stream_common.cuh activation_frag: the 16 bytes each lane of a warp reads for one word "
-         "of a group of 8 rows lie in one 512-byte run, 4 L1 lines instead of 16; a 32-row buffer, K x 64 "
-         "bytes), then runs the same body reading the copy (nvfp4_stream_tf_kernel; H200, 34816x5120 at 16 / "
-         "24 / 32 rows 50.2 / 63.3 / 75.9 -> 40.8 / 50.7 / 60.6 us, bench_nvfp4; "
-         "benchmarks/lab/nvfp4_xperm_lab.cu); other devices: never (not measured); 1: at every row count "
-         "1..32 where it serves (1..8 rows through the 2-group kernel, the x-as-A body), unless "
-         "QWEN38_NVFP4_STAGED=1; 0: never. A launch detail: same bits."),
+         "or more) through the register-stream kernel at 4 tiles a warp with K = 5120 and k split 4 (the "
+         "tables' choice for the model's weights of 6144 rows and more) or K = 6144 / 17408 and k split 8 "
+         "(5120x6144, 5120x17408) first copies x into the fragment order (csrc/gemm/stream_common.cuh "
+         "activation_frag: the 16 bytes each lane of a warp reads for one word of a group of 8 rows lie in "
+         "one 512-byte run, 4 L1 lines instead of 16; a 32-row buffer, K x 64 bytes), then runs the same "
+         "body reading the copy (nvfp4_stream_tf_kernel; H200, 34816x5120 at 16 / 24 / 32 rows 50.2 / 63.3 / "
+         "75.9 -> 40.8 / 50.7 / 60.6 us, bench_nvfp4; benchmarks/lab/nvfp4_xperm_lab.cu); other devices: "
+         "never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the 2-group "
+         "kernel, the x-as-A body), unless QWEN38_NVFP4_STAGED=1; 0: never. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",
          "1 (default): nvfp4_linear on weights of few rows at K = 5120 and k split 8 (with QWEN38_NVFP4_STREAM=1: N a multiple of 8 up to 128 at 1..32 rows, the model's 48- and 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows, its 1024-row ones) runs the x-shared kernel (csrc/gemm/nvfp4_xshare_kernel.cuh): clusters of 8 CTAs, one per k-split warp, each CTA copying its k range of x into shared memory once for all its tiles, every weight step in flight from the start, the partials sent by st.async and summed in warp order in the cluster's shared memory (H200, x cold, PDL: 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 us against the stream kernel's 3.01 / 3.72 / 4.66, 1024x5120 at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55; benchmarks/lab/xshare_lab.cu); where the device cannot place the clusters, the stream kernel; 0: the stream kernel. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
          "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in tiles of 64 or 128 rows x 128 columns (bf16 or fp16 x; within the float64 bound, each row independent of the others and of the row count, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 64 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: measured on the H200), 33 on a read-bound GPU (compute capability 12 such as GB10: the weight read once instead of once per slice); chunked below."),
     Knob("QWEN38_FP8_XFRAG", "auto",
          "auto (default): on compute capability 9, fp8_block_linear at 9..32 rows (each 32-row slice of 9 "
-         "rows or more) through the register-stream kernel at K = 5120, k split 4 and 4 tiles a warp (the "
-         "tables' choice for 34816x5120, 17408x5120, 12288x5120 and 10240x5120) first copies x into the "
-         "fragment order, then runs the same body reading the copy (fp8_stream_tf_kernel), as "
-         "QWEN38_NVFP4_XFRAG does for nvfp4_linear; other devices: never (not measured); 1: at every row "
-         "count 1..32 where it serves (1..8 rows through the 2-group kernel); 0: never. A launch detail: "
-         "same bits."),
+         "rows or more) through the register-stream kernel at K = 5120 and k split 4 (2 and 4 tiles a warp: "
+         "the tables' choice for the weights of 6144 rows and more) or K = 6144 / 17408, k split 8 and 2 "
+         "tiles (5120x6144, 5120x17408) first copies x into the fragment order, then runs the same body "
+         "reading the copy (fp8_stream_tf_kernel), as QWEN38_NVFP4_XFRAG does for nvfp4_linear; other "
+         "devices: never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the "
+         "2-group kernel); 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_STREAM", "1",
          "1 (default): the FP8 block skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4, or 1 at K 5120 with k split 8 (the model's weights of 48 to 1024 rows: all of a warp's steps in flight at once); 17..32 rows with a second m16 tile); narrow: the stream kernel at 1..16 rows only, the skinny kernel at 17..32; 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_SPREAD", "1",

@@ -85,15 +85,16 @@ def test_stream_kernel_writes_the_skinny_kernels_bits(n, k, ks, nt, skinny_varia
 
 
 @pytest.mark.gpu
-def test_xfrag_copy_keeps_the_stream_kernels_bits(skinny_variant):
-    """At K = 5120, k split 4 and 4 tiles a warp the register-stream kernel can read x from a copy in
-    the fragment order (QWEN38_FP8_XFRAG; written by a copy kernel first): testing.assert_xfrag_knob
+@pytest.mark.parametrize("k,ks,nt", [(5120, 4, 4), (5120, 4, 2), (6144, 8, 2), (17408, 8, 2)])
+def test_xfrag_copy_keeps_the_stream_kernels_bits(k, ks, nt, skinny_variant):
+    """At K = 5120 and k split 4 with 2 and 4 tiles a warp, and at K = 6144 / 17408, k split 8 and 2
+    tiles, the register-stream kernel can read x from a copy in the fragment order (QWEN38_FP8_XFRAG; written by a copy kernel first): testing.assert_xfrag_knob
     (forced on, every row count 1..32 gives the bits of the row-major reads, for bf16 and fp16
     activations, with bias and fp32 output, from a strided x, in 32-row slices of a longer x and in a
     CUDA graph; rows invariant; auto on compute capability 9 from 9 rows; N = 384: three scale rows).
     A knob value other than auto, 0 or 1 is an error naming it."""
-    n, k = 384, 5120
-    skinny_variant("fp8_block_linear", n, k, 4, 4)
+    n = 384
+    skinny_variant("fp8_block_linear", n, k, ks, nt)
     w = _weight(n, k, "cuda")
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=61)
     xl = qt.randn_nonzero(77, k, device="cuda", seed=63)  # slices of 32, 32 and 13 rows

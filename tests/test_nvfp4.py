@@ -328,16 +328,16 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
 
 
 @pytest.mark.gpu
-def test_xfrag_copy_keeps_the_register_bodies_bits(skinny_variant):
-    """At K = 5120, k split 4 and 4 tiles a warp the register-stream kernel can read x from a copy in
-    the fragment order (QWEN38_NVFP4_XFRAG; written by a copy kernel first): testing.assert_xfrag_knob
+@pytest.mark.parametrize("k,ks", [(5120, 4), (6144, 8), (17408, 8)])
+def test_xfrag_copy_keeps_the_register_bodies_bits(k, ks, skinny_variant):
+    """At K = 5120 and k split 4, and at K = 6144 / 17408 and k split 8 (the cluster form), with 4
+    tiles a warp, the register-stream kernel can read x from a copy in the fragment order (QWEN38_NVFP4_XFRAG; written by a copy kernel first): testing.assert_xfrag_knob
     (forced on, every row count 1..32 gives the bits of the row-major reads, for bf16 and fp16
     activations, with bias and fp32 output, from a strided x, in 32-row slices of a longer x and in a
     CUDA graph; rows invariant; auto on compute capability 9 from 9 rows). A forced staged body
     (QWEN38_NVFP4_STAGED=1) runs instead of it; a knob value other than auto, 0 or 1 is an error
-    naming it."""
-    k = 5120
-    skinny_variant("nvfp4_linear", 256, k, 4, 4)
+    naming it (the staged body: K = 5120)."""
+    skinny_variant("nvfp4_linear", 256, k, ks, 4)
     w = _weight(256, k, "cuda", seed=51)
     bias = qt.randn_nonzero(256, dtype=torch.float32, device="cuda", seed=52)
     xl = qt.randn_nonzero(77, k, device="cuda", seed=54)  # slices of 32, 32 and 13 rows
@@ -345,6 +345,8 @@ def test_xfrag_copy_keeps_the_register_bodies_bits(skinny_variant):
         x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=53)[:, :k]  # row stride k + 64
         qt.assert_xfrag_knob(lambda t, *e: _call(t, w, *e), x, bias, xl, "QWEN38_NVFP4_XFRAG",
                              "nvfp4_stream_tf_kernel", "QWEN38_NVFP4_PREFILL")
+    if k != 5120:
+        return
     with q.knobs.override(QWEN38_NVFP4_XFRAG="1", QWEN38_NVFP4_STAGED="1"):
         names = qt.cuda_kernel_names(lambda: _call(x[:16], w))
     assert not any("xfrag_kernel" in s for s in names) and any("nvfp4_stream_ts_kernel" in s for s in names), names

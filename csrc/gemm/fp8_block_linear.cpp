@@ -42,8 +42,8 @@ int fp8_stream_mode() {
 
 constexpr const char* kOp = "fp8_block_linear";
 
-// QWEN38_FP8_XFRAG: x in the fragment order for the register-stream kernel at K 5120, k split 4, 4
-// tiles a warp (stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
+// QWEN38_FP8_XFRAG: x in the fragment order for the register-stream kernel where its variant serves
+// it (fp8_frag_serves; stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
 // compute capability 9 (where measured), else never; 1: 1.
 int fp8_xfrag_from() {
   const char* v = std::getenv("QWEN38_FP8_XFRAG");
@@ -219,7 +219,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   // x in the fragment order: a buffer of 32 rows' worth (every slice writes it in turn; each copy
   // waits for the previous kernel, pdl.cuh), where a slice can use it
   at::Tensor xfrag;
-  if (p.stream != 0 && k == 5120 && v.ksplit == 4) {
+  if (p.stream != 0 && fp8_frag_serves(k, v)) {
     const int from = fp8_xfrag_from();
     if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
       xfrag = at::empty({kSkinnyMaxRows * k}, x.options());

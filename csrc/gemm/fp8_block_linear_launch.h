@@ -31,7 +31,7 @@ struct Fp8BlockParams {
 // A call of the skinny path as the host makes it: the kernels' parameters and what only the launch
 // reads (as Nvfp4Launch: the kernels take Fp8BlockParams, never enlarged by these).
 struct Fp8Launch : Fp8BlockParams {
-  void* xfrag = nullptr;          // register-stream kernel at K 5120, k split 4, 4 tiles a warp: a
+  void* xfrag = nullptr;          // register-stream kernel where fp8_frag_serves: a
                                   // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                   // order (stream_launch.cuh frag), used at xfrag_from rows and
   int xfrag_from = 9;             // more (null: never); changes no bit
@@ -44,6 +44,9 @@ cudaError_t launch_fp8_block_skinny(Act act, const Fp8Launch& p, const SkinnyVar
 // The register-stream kernel (1..16 rows, K 5120 / 6144 / 17408, N a multiple of 8 nt_narrow, a
 // compiled (ksplit, nt_narrow)); launch_fp8_block_skinny takes it where it serves and p.stream is set.
 bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
+// Whether the register-stream kernel of variant v at K k reads x in the fragment order where asked
+// (Fp8Launch::xfrag; stream_launch.cuh frag): the host allocates the buffer for those.
+bool fp8_frag_serves(int64_t k, const SkinnyVariant& v);
 cudaError_t launch_fp8_stream(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
 

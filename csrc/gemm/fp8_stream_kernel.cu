@@ -25,9 +25,14 @@ struct Fp8StreamOf {
   static constexpr bool kRowGroups = true;
   static constexpr bool kKs8Nt4 = false;
   static constexpr bool kOneGroupXa = false;
-  // x in the fragment order (fp8_stream_tf_kernel): K 5120, k split 4, 4 tiles a warp
+  // x in the fragment order (fp8_stream_tf_kernel): the tables' variants of the model's weights of
+  // 5120 columns and more - K 5120 at k split 4 (2 and 4 tiles a warp), and K 6144 / 17408 at k
+  // split 8 and 2 tiles (5120x6144, 5120x17408)
+  static constexpr bool frag_at(int64_t k, int ks, int nt) {
+    return (k == 5120 && ks == 4 && (nt == 2 || nt == 4)) || ((k == 6144 || k == 17408) && ks == 8 && nt == 2);
+  }
   template <int K, int KS, int NT>
-  static constexpr bool kFragServes = K == 5120 && KS == 4 && NT == 4;
+  static constexpr bool kFragServes = frag_at(K, KS, NT);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto frag_fn = fp8_stream_tf_kernel<T, K, KS, NT, MT>;
   template <int K, int KS>
@@ -44,6 +49,10 @@ using L = StreamLaunch<Fp8StreamOf, Fp8Launch>;
 }  // namespace
 
 bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v) { return L::serves(p, v); }
+
+bool fp8_frag_serves(int64_t k, const SkinnyVariant& v) {
+  return Fp8StreamOf::frag_at(k, v.ksplit, v.nt_narrow) || Fp8StreamOf::frag_at(k, v.ksplit, v.nt_wide);
+}
 
 cudaError_t launch_fp8_stream(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream) {

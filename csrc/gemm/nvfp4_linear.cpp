@@ -121,8 +121,8 @@ int one_group_mode() {
   return v[0] == 'x' ? 1 : 0;
 }
 
-// QWEN38_NVFP4_XFRAG: x in the fragment order for the register-stream kernel at K 5120, k split 4, 4
-// tiles a warp (stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
+// QWEN38_NVFP4_XFRAG: x in the fragment order for the register-stream kernel where its variant
+// serves it (nvfp4_frag_serves; stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
 // compute capability 9 (where measured: at 1..8 rows the copy does not pay), else never; 1: 1.
 int xfrag_from() {
   const char* v = std::getenv("QWEN38_NVFP4_XFRAG");
@@ -210,7 +210,7 @@ void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const Ski
   // x in the fragment order: a buffer of 32 rows' worth (every slice of this call writes it in turn;
   // each copy waits for the previous kernel, pdl.cuh), where a slice can use it
   at::Tensor xfrag;
-  if (p.stream && p.k == 5120 && v.ksplit == 4) {
+  if (p.stream && nvfp4_frag_serves(p.k, v)) {
     const int from = xfrag_from();
     if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
       xfrag = at::empty({kSkinnyMaxRows * p.k}, x.options());

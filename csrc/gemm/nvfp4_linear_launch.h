@@ -48,7 +48,7 @@ struct Nvfp4Params {
 // their parameter block: one more 8-byte field in Nvfp4Params pushed the 17..32-row bf16 stream
 // kernel (k split 4, 4 tiles, 168 registers) into a 44-byte spill (sm_90a, session 22).
 struct Nvfp4Launch : Nvfp4Params {
-  void* xfrag = nullptr;           // register-stream kernel at K 5120, k split 4, 4 tiles a warp: a
+  void* xfrag = nullptr;           // register-stream kernel where nvfp4_frag_serves: a
                                    // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                    // order (stream_launch.cuh frag), used at xfrag_from rows and
   int xfrag_from = 9;              // more (null: never); changes no bit
@@ -64,6 +64,9 @@ cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Launch& p, const SkinnyVaria
 // (ksplit, NT): nt_narrow at 1..16 rows, nt_wide at 17..32); launch_nvfp4_skinny takes it where it
 // serves and p.stream is set.
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v);
+// Whether the register-stream kernel of variant v at K k reads x in the fragment order where asked
+// (Nvfp4Launch::xfrag; stream_launch.cuh frag): the host allocates the buffer for those.
+bool nvfp4_frag_serves(int64_t k, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The x-shared kernel (nvfp4_xshare_kernel.cuh): the register-stream kernel's bits for weights of few

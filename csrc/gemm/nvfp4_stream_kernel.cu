@@ -22,9 +22,14 @@ struct Nvfp4StreamOf {
   static constexpr bool kRowGroups = true;
   static constexpr bool kKs8Nt4 = true;
   static constexpr bool kOneGroupXa = true;  // (its 2-group instantiation runs the x-as-A body)
-  // x in the fragment order (nvfp4_stream_tf_kernel): K 5120, k split 4, 4 tiles a warp
+  // x in the fragment order (nvfp4_stream_tf_kernel): the tables' variants of the model's weights of
+  // 5120 columns and more - K 5120 at k split 4, and K 6144 / 17408 at k split 8 (the cluster form;
+  // 5120x6144, 5120x17408), 4 tiles a warp
+  static constexpr bool frag_at(int64_t k, int ks, int nt) {
+    return nt == 4 && ((k == 5120 && ks == 4) || ((k == 6144 || k == 17408) && ks == 8));
+  }
   template <int K, int KS, int NT>
-  static constexpr bool kFragServes = K == 5120 && KS == 4 && NT == 4;
+  static constexpr bool kFragServes = frag_at(K, KS, NT);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto frag_fn = nvfp4_stream_tf_kernel<T, K, KS, NT, MT>;
   template <int K, int KS>
@@ -44,6 +49,10 @@ using L = StreamLaunch<Nvfp4StreamOf, Nvfp4Launch>;
 }  // namespace
 
 bool nvfp4_stream_serves(const Nvfp4Params& p, const SkinnyVariant& v) { return L::serves(p, v); }
+
+bool nvfp4_frag_serves(int64_t k, const SkinnyVariant& v) {
+  return Nvfp4StreamOf::frag_at(k, v.ksplit, v.nt_narrow) || Nvfp4StreamOf::frag_at(k, v.ksplit, v.nt_wide);
+}
 
 cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl,
                                 cudaStream_t stream) {
