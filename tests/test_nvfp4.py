@@ -502,7 +502,8 @@ def test_skinny_labs_compile(tmp_path, lab):
     blocks an SM; xshare_lab.cu: the x-shared kernel's forms against the stream kernel;
     fp8_t_lab.cu, nvfp4_t_lab.cu: the transposed stream bodies against the x-as-A ones;
     nvfp4_ring_t_lab.cu: the staged transposed body against the register one; nvfp4_scale_lab.cu:
-    the transposed body with its scales three steps a load) still compile
+    the transposed body with its scales three steps a load; nvfp4_xperm_lab.cu: the bodies reading x
+    in the fragment order) still compile
     against the kernel headers, every variant they time included: they
     cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled the
     lab through compute_90 PTX, which has no wgmma.)"""

@@ -214,8 +214,7 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   }
   // 33..64 rows (auto) or chunked: the skinny kernel on 32-row slices (each row still bit-identical
   // to its 1-row call; the weight is read once per slice).
-  Fp8Launch c;
-  static_cast<Fp8BlockParams&>(c) = p;
+  Fp8Launch c(p);
   // x in the fragment order: a buffer of 32 rows' worth (every slice writes it in turn; each copy
   // waits for the previous kernel, pdl.cuh), where a slice can use it
   at::Tensor xfrag;

@@ -31,6 +31,8 @@ struct Fp8BlockParams {
 // A call of the skinny path as the host makes it: the kernels' parameters and what only the launch
 // reads (as Nvfp4Launch: the kernels take Fp8BlockParams, never enlarged by these).
 struct Fp8Launch : Fp8BlockParams {
+  Fp8Launch() = default;
+  Fp8Launch(const Fp8BlockParams& p) : Fp8BlockParams(p) {}  // (implicit: a call with no launch-only fields)
   void* xfrag = nullptr;          // register-stream kernel where fp8_frag_serves: a
                                   // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                   // order (stream_launch.cuh frag), used at xfrag_from rows and

@@ -198,8 +198,7 @@ void launch_dequantize(const char* op, const at::Tensor& w_packed, const at::Ten
 void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const SkinnyVariant& v, int64_t m,
                        cudaStream_t stream) {
   const bool pdl = knob_enabled("QWEN38_PDL", true);
-  Nvfp4Launch p;
-  static_cast<Nvfp4Params&>(p) = params;
+  Nvfp4Launch p(params);
   p.depth = ring_depth();
   p.l2span = l2_span();
   p.stream = knob_enabled("QWEN38_NVFP4_STREAM", true);

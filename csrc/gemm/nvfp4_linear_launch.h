@@ -48,6 +48,8 @@ struct Nvfp4Params {
 // their parameter block: one more 8-byte field in Nvfp4Params pushed the 17..32-row bf16 stream
 // kernel (k split 4, 4 tiles, 168 registers) into a 44-byte spill (sm_90a, session 22).
 struct Nvfp4Launch : Nvfp4Params {
+  Nvfp4Launch() = default;
+  Nvfp4Launch(const Nvfp4Params& p) : Nvfp4Params(p) {}  // (implicit: a call with no launch-only fields)
   void* xfrag = nullptr;           // register-stream kernel where nvfp4_frag_serves: a
                                    // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                    // order (stream_launch.cuh frag), used at xfrag_from rows and
