@@ -10,7 +10,10 @@
 //   --fp8     the FP8 kernels only (also 2 tiles a warp at 17 / 32 rows);
 //   --wide8   NVFP4 at 17 / 32 rows and k split 8 (5120x17408, 5120x6144, 1024x5120) through the
 //             product's launcher at cluster sizes auto, 1, 2, 4; build knob QWEN38_NVFP4_WIDE8_THREADS;
-//   --narrow8 the same at 1 / 16 rows.
+//   --narrow8 the same at 1 / 16 rows;
+//   --xfrag   NVFP4 and FP8 at 16 / 24 / 32 rows (4 tiles a warp), the kernels reading x in the
+//             fragment order (nvfp4_stream_tf_kernel, fp8_stream_tf_kernel; the copy of x made once,
+//             untimed), at every b as the default (session 22: L1 no longer limits them; does b?).
 // The output hash of a shape and row count must not depend on b (no arithmetic changes). Build
 // knobs of the NVFP4 17..32-row kernel: QWEN38_NVFP4_WIDE4_BLOCKS / _DEPTH (nvfp4_stream_kernel.cuh).
 //
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "common/launch.cuh"
@@ -61,6 +65,7 @@ uint64_t hash_bytes(const std::vector<uint8_t>& v) {
 struct Buffers {
   int64_t k = kK;
   bf16* x = nullptr;
+  uint4* xf = nullptr;  // x in the fragment order (--xfrag), 32 rows' worth
   void* y = nullptr;
   float* global = nullptr;
   int64_t n = 0;
@@ -94,6 +99,7 @@ Buffers make(bool fp8, int64_t n, size_t l2, int64_t k = kK) {
   CK(cudaMemcpy(b.global, &gs, 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&b.x, size_t(32) * k * 2));
   lab::fill_act<<<256, 256>>>(reinterpret_cast<uint16_t*>(b.x), size_t(32) * k, 5);
+  CK(cudaMalloc(&b.xf, size_t(32) * k * 2));
   CK(cudaMalloc(&b.y, size_t(32) * n * 2));
   CK(cudaDeviceSynchronize());
   return b;
@@ -103,6 +109,7 @@ void release(Buffers& b) {
   for (auto* p : b.w) CK(cudaFree(p));
   for (auto* p : b.s) CK(cudaFree(p));
   CK(cudaFree(b.x));
+  CK(cudaFree(b.xf));
   CK(cudaFree(b.y));
   CK(cudaFree(b.global));
 }
@@ -140,13 +147,18 @@ Fp8BlockParams fp8_params(const Buffers& b, int c, int m) {
   return p;
 }
 
-// one (op, NT, MT) kernel at k split 4 at every cap b = 1 .. occupancy, rows `ms`
-template <bool FP8, int NT, int MT>
+// one (op, NT, MT) kernel at k split 4 at every cap b = 1 .. occupancy, rows `ms`; kFrag: the kernel
+// reading x in the fragment order of MT groups (MT counting groups of 8 rows then)
+template <bool FP8, int NT, int MT, bool kFrag = false>
 void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
   constexpr int kKs = 4, kThreads = 32 * kKs;
-  const void* fn;
-  if constexpr (FP8) fn = reinterpret_cast<const void*>(fp8_stream_kernel<bf16, kK, kKs, NT, MT>);
-  else fn = reinterpret_cast<const void*>(nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>);
+  const auto kern = [] {
+    if constexpr (kFrag && FP8) return fp8_stream_tf_kernel<bf16, kK, kKs, NT, MT>;
+    else if constexpr (kFrag) return nvfp4_stream_tf_kernel<bf16, kK, kKs, NT, MT>;
+    else if constexpr (FP8) return fp8_stream_kernel<bf16, kK, kKs, NT, MT>;
+    else return nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>;
+  }();
+  const void* fn = reinterpret_cast<const void*>(kern);
   int occ = 0, sms = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, 0));
   CK(device_sms(&sms));
@@ -154,6 +166,11 @@ void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
   CK(cudaFuncGetAttributes(&fa, fn));
   const int64_t grid = b.n / (8 * NT);
   for (int m : ms) {
+    if constexpr (kFrag) {  // the library's copy of x (stream_common.cuh xfrag_kernel), once
+      stream::xfrag_kernel<uint16_t><<<unsigned((b.k * MT + 255) / 256), 256>>>(
+          reinterpret_cast<const uint16_t*>(b.x), m, b.k, b.k, MT, b.xf);
+      CK(cudaGetLastError());
+    }
     std::vector<uint8_t> first;
     for (int cap = 1; cap <= occ; ++cap) {
       size_t smem = 0;
@@ -161,12 +178,12 @@ void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
       int got = 0;
       CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, fn, kThreads, smem));
       auto launch = [&](int c, cudaStream_t st) {
-        if constexpr (FP8)
-          CK(launch_kernel(fp8_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem, st,
-                           false, fp8_params(b, c, m)));
-        else
-          CK(launch_kernel(nvfp4_stream_kernel<bf16, kK, kKs, NT, MT>, dim3(unsigned(grid)), dim3(kThreads), smem,
-                           st, false, nvfp4_params(b, c, m)));
+        auto p = [&] {
+          if constexpr (FP8) return fp8_params(b, c, m);
+          else return nvfp4_params(b, c, m);
+        }();
+        if constexpr (kFrag) p.x = b.xf;
+        CK(launch_kernel(kern, dim3(unsigned(grid)), dim3(kThreads), smem, st, false, p));
       };
       lab::run_or_time(launch, b.copies, 0);
       std::vector<uint8_t> out(size_t(m) * b.n * 2);
@@ -174,9 +191,9 @@ void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
       if (first.empty()) first = out;
       const float us = lab::run_or_time(launch, b.copies, std::max(200, 2 * b.copies));
       const double waves = double(grid) / (double(sms) * got);
-      std::printf("  %s %5lldx%d nt %d mt %d rows %2d  regs %3d  b %d (%d an SM)  grid %5lld = %5.2f waves  %7.2f us"
+      std::printf("  %s%s %5lldx%d nt %d mt %d rows %2d  regs %3d  b %d (%d an SM)  grid %5lld = %5.2f waves  %7.2f us"
                   "  %5.1f%%  %s\n",
-                  FP8 ? "fp8  " : "nvfp4", (long long)b.n, kK, NT, MT, m, fa.numRegs, cap, got, (long long)grid, waves,
+                  FP8 ? "fp8  " : "nvfp4", kFrag ? " xfrag (mt: groups)" : "", (long long)b.n, kK, NT, MT, m, fa.numRegs, cap, got, (long long)grid, waves,
                   us, 100.0 * bytes_of(FP8, b.n, m) / (us * 1e3) / ceil,
                   out == first ? "same bits" : "BITS DIFFER");
     }
@@ -234,6 +251,7 @@ int main(int argc, char** argv) {
   const bool fp8_only = argc > 1 && std::strcmp(argv[1], "--fp8") == 0;
   const bool wide8 = argc > 1 && std::strcmp(argv[1], "--wide8") == 0;
   const bool narrow8 = argc > 1 && std::strcmp(argv[1], "--narrow8") == 0;
+  const bool xfrag = argc > 1 && std::strcmp(argv[1], "--xfrag") == 0;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const double ceil = lab::read_ceiling_GBps();
@@ -256,6 +274,21 @@ int main(int argc, char** argv) {
       Buffers b = make(false, n, l2);
       product_wide(b, ceil);
       release(b);
+      continue;
+    }
+    if (xfrag) {
+      for (bool fp8 : {false, true}) {
+        Buffers b = make(fp8, n, l2);
+        auto each = [&](auto op) {
+          constexpr bool kFp8 = decltype(op)::value;
+          sweep_caps<kFp8, 4, 2, true>(b, {16}, ceil);
+          sweep_caps<kFp8, 4, 3, true>(b, {24}, ceil);
+          sweep_caps<kFp8, 4, 4, true>(b, {32}, ceil);
+        };
+        if (fp8) each(std::true_type{});
+        else each(std::false_type{});
+        release(b);
+      }
       continue;
     }
     if (!fp8_only) {
