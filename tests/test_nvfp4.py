@@ -94,6 +94,15 @@ def _weight_cached(n: int, k: int, device: str) -> formats.NVFP4Weight:
     return _weight(n, k, device, seed=n)
 
 
+def _random_codes_weight(n: int, k: int, g: torch.Generator) -> formats.NVFP4Weight:
+    """Random packed codes and e4m3 scales in [0.5, 2.5) on the GPU (no quantization: fast at large N),
+    global scale 0.01: for bit comparisons between kernels."""
+    return formats.NVFP4Weight(
+        torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
+        (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
+        torch.tensor([0.01], device="cuda"))
+
+
 def _call(x, w: formats.NVFP4Weight, bias=None, out_dtype=None):
     return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
 
@@ -262,10 +271,7 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
     x = qt.randn_nonzero(32, k, device="cuda", seed=35)
     for n, rows in ((17408, {1: True, 16: True, 32: False}), (16384, {1: False})):
         skinny_variant("nvfp4_linear", n, k, 4, 4)
-        wb = formats.NVFP4Weight(  # random codes and scales: only the bits of the two forms are compared
-            torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
-            (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
-            torch.tensor([0.01], device="cuda"))
+        wb = _random_codes_weight(n, k, g)  # only the bits of the two forms are compared
         with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):  # (which takes 9..32 rows before the staged rule)
             for m, want in rows.items():
                 assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
@@ -317,10 +323,7 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
     x = qt.randn_nonzero(8, k, device="cuda", seed=45)
     for n, want in ((34816, [2]), (16384, [1])):
         skinny_variant("nvfp4_linear", n, k, 4, 4)
-        wb = formats.NVFP4Weight(  # random codes and scales: only the bits of the two bodies are compared
-            torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8, generator=g),
-            (torch.rand(n, k // 16, device="cuda", generator=g) * 2 + 0.5).to(torch.float8_e4m3fn),
-            torch.tensor([0.01], device="cuda"))
+        wb = _random_codes_weight(n, k, g)  # only the bits of the two bodies are compared
         for m in (1, 8):
             assert _t_kernel_groups(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m}"
         qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_ONE_GROUP", "t", rows=(1, 8),

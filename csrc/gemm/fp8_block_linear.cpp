@@ -42,18 +42,6 @@ int fp8_stream_mode() {
 
 constexpr const char* kOp = "fp8_block_linear";
 
-// QWEN38_FP8_XFRAG: x in the fragment order for the register-stream kernel where its variant serves
-// it (fp8_frag_serves; stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
-// compute capability 9 (where measured), else never; 1: 1.
-int fp8_xfrag_from() {
-  const char* v = std::getenv("QWEN38_FP8_XFRAG");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0)
-    return at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
-  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
-                    ": QWEN38_FP8_XFRAG must be auto, 0 or 1, got '", v, "'");
-  return *v == '1' ? 1 : 0;
-}
-
 constexpr int64_t kSplitBytes = int64_t(384) << 20;  // the three bf16 terms of one N slice
 constexpr int64_t kAccBytes = int64_t(1) << 30;      // the fp32 accumulator of one row slice
 constexpr int64_t kMinGemmRows = 256;
@@ -215,16 +203,10 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   // 33..64 rows (auto) or chunked: the skinny kernel on 32-row slices (each row still bit-identical
   // to its 1-row call; the weight is read once per slice).
   Fp8Launch c(p);
-  // x in the fragment order: a buffer of 32 rows' worth (every slice writes it in turn; each copy
-  // waits for the previous kernel, pdl.cuh), where a slice can use it
-  at::Tensor xfrag;
-  if (p.stream != 0 && fp8_frag_serves(k, v)) {
-    const int from = fp8_xfrag_from();
-    if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
-      xfrag = at::empty({kSkinnyMaxRows * k}, x.options());
-      c.xfrag = xfrag.data_ptr();
-      c.xfrag_from = from;
-    }
+  const XfragBuffer xf = xfrag_buffer(kOp, "QWEN38_FP8_XFRAG", p.stream != 0 && fp8_frag_serves(k, v), x, m, k);
+  if (xf.from > 0) {
+    c.xfrag = xf.buf.data_ptr();
+    c.xfrag_from = xf.from;
   }
   const int64_t x_es = x.element_size(), y_es = od == at::kFloat ? 4 : 2;
   const char* x0 = static_cast<const char*>(p.x);

@@ -1,6 +1,9 @@
 // Host-side checks shared by the weight-GEMM launchers (nvfp4_linear, fp8_block_linear).
 #pragma once
 
+#include <ATen/cuda/CUDAContext.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -68,6 +71,32 @@ inline int skinny_cluster(const char* op) {
     if (std::strcmp(v, c) == 0) return *v - '0';
   TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_SKINNY_CLUSTER must be auto, 1, 2, 4 or 8, got '", v, "'");
   return 0;
+}
+
+// The buffer of x in the fragment order for the register-stream kernels (stream_launch.cuh frag;
+// knob QWEN38_NVFP4_XFRAG / QWEN38_FP8_XFRAG): where the call's variant serves it (`serves`) and a
+// 32-row slice of the call's m rows has the knob's first row count (auto: 9 on compute capability 9,
+// where measured - at 1..8 rows the copy does not pay - else never; 1: 1; 0: never), 32 rows of x
+// (every slice writes it in turn; each copy waits for the previous kernel, pdl.cuh) and that row
+// count; else an undefined tensor.
+struct XfragBuffer {
+  at::Tensor buf;
+  int from = 0;
+};
+inline XfragBuffer xfrag_buffer(const char* op, const char* knob, bool serves, const at::Tensor& x, int64_t m,
+                                int64_t k) {
+  if (!serves) return {};
+  const char* v = std::getenv(knob);
+  int from = 0;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
+    from = at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
+  } else {
+    TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", op, ": ", knob,
+                      " must be auto, 0 or 1, got '", v, "'");
+    from = *v == '1' ? 1 : 0;
+  }
+  if (from == 0 || std::min(m, kSkinnyMaxRows) < from) return {};
+  return {at::empty({kSkinnyMaxRows * k}, x.options()), from};
 }
 
 // bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel

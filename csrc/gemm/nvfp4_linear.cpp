@@ -121,18 +121,6 @@ int one_group_mode() {
   return v[0] == 'x' ? 1 : 0;
 }
 
-// QWEN38_NVFP4_XFRAG: x in the fragment order for the register-stream kernel where its variant
-// serves it (nvfp4_frag_serves; stream_launch.cuh frag): the first row count that uses it, 0 never. auto: 9 on
-// compute capability 9 (where measured: at 1..8 rows the copy does not pay), else never; 1: 1.
-int xfrag_from() {
-  const char* v = std::getenv("QWEN38_NVFP4_XFRAG");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0)
-    return at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
-  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
-                    ": QWEN38_NVFP4_XFRAG must be auto, 0 or 1, got '", v, "'");
-  return *v == '1' ? 1 : 0;
-}
-
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 // Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
@@ -206,16 +194,11 @@ void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const Ski
   p.staged = staged_mode();
   p.one_group = one_group_mode();
   p.cluster = skinny_cluster(kOp);
-  // x in the fragment order: a buffer of 32 rows' worth (every slice of this call writes it in turn;
-  // each copy waits for the previous kernel, pdl.cuh), where a slice can use it
-  at::Tensor xfrag;
-  if (p.stream && nvfp4_frag_serves(p.k, v)) {
-    const int from = xfrag_from();
-    if (from > 0 && std::min(m, kSkinnyMaxRows) >= from) {
-      xfrag = at::empty({kSkinnyMaxRows * p.k}, x.options());
-      p.xfrag = xfrag.data_ptr();
-      p.xfrag_from = from;
-    }
+  const XfragBuffer xf =
+      xfrag_buffer(kOp, "QWEN38_NVFP4_XFRAG", p.stream && nvfp4_frag_serves(p.k, v), x, m, p.k);
+  if (xf.from > 0) {
+    p.xfrag = xf.buf.data_ptr();
+    p.xfrag_from = xf.from;
   }
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;

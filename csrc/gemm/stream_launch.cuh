@@ -146,6 +146,25 @@ struct StreamLaunch {
     });
   }
 
+  // A launch rule measured on compute capability 9 only: there *out = rule(SMs), elsewhere false;
+  // the first call per (rule, kernel, device, grid) queries, later calls read a cache (one cache per
+  // rule: each call site's lambda is its own type).
+  template <typename Rule>
+  static cudaError_t cc9_rule(const void* fn, int64_t tiles, bool* out, Rule&& rule) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
+    int dev = 0;
+    if (cudaError_t e = cudaGetDevice(&dev)) return e;
+    return cached_query(mu, cache, std::make_tuple(fn, dev, tiles), out, [&](bool* use) {
+      int major = 0, sms = 0;
+      *use = false;
+      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
+      if (major != 9) return cudaSuccess;
+      if (cudaError_t e = device_sms(&sms)) return e;
+      return rule(sms, use);
+    });
+  }
+
   // The staged form (nvfp4_stream_ts_kernel, nvfp4_stream_kernel.cuh), where compiled
   // (Of::kStagedServes): p.staged 1 takes it, 0 never; -1 (auto) at 1..16 rows (MT: groups of 8
   // rows, 1 or 2) on compute capability 9 when the register form's grid needs more than one round of
@@ -163,17 +182,8 @@ struct StreamLaunch {
     if (p.staged >= 0 || MT > 2) return cudaSuccess;
     auto reg = Of::template fn<T, K, KS, NT, MT>;
     auto stg = Of::template staged_fn<T, K, KS, NT, MT>;
-    static std::mutex mu;
-    static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
-    int dev = 0;
-    if (cudaError_t e = cudaGetDevice(&dev)) return e;
-    const auto key = std::make_tuple(reinterpret_cast<const void*>(reg), dev, tiles);
-    return cached_query(mu, cache, key, out, [&](bool* use) {
-      int major = 0, sms = 0, occ_r = 0, occ_s = 0;
-      *use = false;
-      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
-      if (major != 9) return cudaSuccess;
-      if (cudaError_t e = device_sms(&sms)) return e;
+    return cc9_rule(reinterpret_cast<const void*>(reg), tiles, out, [&](int sms, bool* use) {
+      int occ_r = 0, occ_s = 0;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_r, reg, 32 * KS, 0)) return e;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_s, stg, 32 * KS,
                                                                         Of::template kStagedBytes<KS, NT>))
@@ -208,17 +218,8 @@ struct StreamLaunch {
     *out = p.one_group > 0;
     if (p.one_group >= 0 || Of::template kClusters<K, KS>) return cudaSuccess;
     auto reg = Of::template fn<T, K, KS, NT, 1>;
-    static std::mutex mu;
-    static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
-    int dev = 0;
-    if (cudaError_t e = cudaGetDevice(&dev)) return e;
-    const auto key = std::make_tuple(reinterpret_cast<const void*>(reg), dev, tiles);
-    return cached_query(mu, cache, key, out, [&](bool* use) {
-      int major = 0, sms = 0, occ = 0;
-      *use = false;
-      if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) return e;
-      if (major != 9) return cudaSuccess;
-      if (cudaError_t e = device_sms(&sms)) return e;
+    return cc9_rule(reinterpret_cast<const void*>(reg), tiles, out, [&](int sms, bool* use) {
+      int occ = 0;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, reg, 32 * KS, 0)) return e;
       *use = int64_t(occ) * sms * 2 < tiles;
       return cudaSuccess;
