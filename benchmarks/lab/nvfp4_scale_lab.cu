@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
-        stream::x_word(xc, xw, xr, d, q, kSW);
+        stream::x_word(xc, xw, xr, d, q);
         nvfp4_t_word<T, NT, NX>(acc, xc, wb[d], s2, q);
       }
     }

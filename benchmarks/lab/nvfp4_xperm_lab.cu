@@ -25,11 +25,14 @@ using namespace nvfp4_ab;
 namespace {
 
 // The copy of x in the fragment order: the library's (stream_common.cuh xfrag_kernel, the layout
-// activation_frag reads), launched plainly; k x h uint4s, one a thread.
+// activation_frag reads, each word re-paired as the NVFP4 bodies take it: for the x-as-A body, h
+// even, kXfragPairedA, else kXfragPaired), launched plainly; k x h uint4s, one a thread.
 template <typename T>
-void xperm(const T* x, int m, int k, int h, uint4* out, cudaStream_t s = 0) {
-  stream::xfrag_kernel<uint16_t><<<unsigned((int64_t(k) * h + 255) / 256), 256, 0, s>>>(
-      reinterpret_cast<const uint16_t*>(x), m, k, k, h, out);
+void xperm(const T* x, int m, int k, int h, uint4* out, cudaStream_t s = 0, bool xa = false) {
+  const unsigned grid = unsigned((int64_t(k) * h + 255) / 256);
+  const auto* xs = reinterpret_cast<const uint16_t*>(x);
+  if (xa) stream::xfrag_kernel<uint16_t, stream::kXfragPairedA><<<grid, 256, 0, s>>>(xs, m, k, k, h, out);
+  else stream::xfrag_kernel<uint16_t, stream::kXfragPaired><<<grid, 256, 0, s>>>(xs, m, k, k, h, out);
 }
 
 // The library's bodies reading x in the fragment order (nvfp4_stream_kernel.cuh, kFrag; session 22
@@ -51,19 +54,20 @@ uint4* g_xp = nullptr;  // the fragment-ordered x (32 rows' worth)
 
 // a permuted body: x permuted once (untimed), then the body alone timed; then permute + body per call
 template <typename T, typename Kern>
-void run_perm(Case& c, int m, bool half, Kern kernel, int h, std::vector<uint8_t>& ref, const char* label) {
+void run_perm(Case& c, int m, bool half, Kern kernel, int h, bool xa, std::vector<uint8_t>& ref,
+              const char* label) {
   const T* x = static_cast<const T*>(half ? c.xh : c.x);
-  xperm(x, m, c.k, h, g_xp);
+  xperm(x, m, c.k, h, g_xp, 0, xa);
   CK(cudaGetLastError());
   Case cp = c;
   cp.x = cp.xh = g_xp;  // the body reads the copy (params() passes x_stride K: unused by it)
   run(cp, m, half, kernel, unsigned(c.n / 32), 128, 0, ref, label);
   if (half) return;
   const float us_perm = time_graph(24, [&](int, cudaStream_t s) {
-    xperm(x, m, c.k, h, g_xp, s);
+    xperm(x, m, c.k, h, g_xp, s, xa);
   });
   const float us_pair = time_graph(std::max(4 * c.copies, 24), [&](int i, cudaStream_t s) {
-    xperm(x, m, c.k, h, g_xp, s);
+    xperm(x, m, c.k, h, g_xp, s, xa);
     kernel<<<unsigned(c.n / 32), 128, 0, s>>>(params(cp, m, half, i));
   });
   std::printf("  %-30s permute alone %6.2f us, permute + body %7.2f us\n", "", us_perm, us_pair);
@@ -80,9 +84,9 @@ struct Rows {
       run_xa_and_t<T, K, KS, NT, NX>(c, m, half, ref);
       char label[64];
       std::snprintf(label, sizeof label, "x-as-A xperm ks%d nt%d mt%d", KS, NT, MT);
-      run_perm<T>(c, m, half, xap_kernel<T, K, KS, NT, MT>, 2 * MT, ref, label);
+      run_perm<T>(c, m, half, xap_kernel<T, K, KS, NT, MT>, 2 * MT, true, ref, label);
       std::snprintf(label, sizeof label, "registers xperm ks%d nt%d nx%d", KS, NT, NX);
-      run_perm<T>(c, m, half, tp_kernel<T, K, KS, NT, NX>, NX, ref, label);
+      run_perm<T>(c, m, half, tp_kernel<T, K, KS, NT, NX>, NX, false, ref, label);
     };
     if (half) all(__half{});
     else all(bf16{});
@@ -100,7 +104,7 @@ void ncu_launches(size_t l2) {
     auto both = [&](auto xa, auto t, auto xap, auto tp, int h_xa, int h_t) {
       xa<<<grid, 128>>>(params(c, m, false, 0));
       t<<<grid, 128>>>(params(c, m, false, 0));
-      xperm(x, m, c.k, h_xa, g_xp);
+      xperm(x, m, c.k, h_xa, g_xp, 0, true);
       xap<<<grid, 128>>>(params(cp, m, false, 0));
       xperm(x, m, c.k, h_t, g_xp);
       tp<<<grid, 128>>>(params(cp, m, false, 0));

@@ -166,8 +166,11 @@ void sweep_caps(Buffers& b, const std::vector<int>& ms, double ceil) {
   CK(cudaFuncGetAttributes(&fa, fn));
   const int64_t grid = b.n / (8 * NT);
   for (int m : ms) {
-    if constexpr (kFrag) {  // the library's copy of x (stream_common.cuh xfrag_kernel), once
-      stream::xfrag_kernel<uint16_t><<<unsigned((b.k * MT + 255) / 256), 256>>>(
+    if constexpr (kFrag) {  // the library's copy of x (stream_common.cuh xfrag_kernel, the launcher's layout), once
+      constexpr int kLayout = FP8                                 ? fp8_frag_layout<NT, MT>()
+                              : nvfp4_t_runs_xa<bf16, kKs, NT, MT>() ? stream::kXfragPairedA
+                                                                     : stream::kXfragPaired;
+      stream::xfrag_kernel<uint16_t, kLayout><<<unsigned((b.k * MT + 255) / 256), 256>>>(
           reinterpret_cast<const uint16_t*>(b.x), m, b.k, b.k, MT, b.xf);
       CK(cudaGetLastError());
     }

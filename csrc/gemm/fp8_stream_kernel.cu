@@ -35,6 +35,8 @@ struct Fp8StreamOf {
   static constexpr bool kFragServes = frag_at(K, KS, NT);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto frag_fn = fp8_stream_tf_kernel<T, K, KS, NT, MT>;
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr int kFragLayout = fp8_frag_layout<NT, MT>();  // (the copy's layout; MT: groups)
   template <int K, int KS>
   static constexpr bool kClusters = kFp8StreamClusters<K, KS>;
   // (benchmarks/lab/stream_waves_lab.cu: at k split 4, 17..32 rows hold 226-230 registers, 2 blocks

@@ -49,6 +49,15 @@ constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
 // The x-as-A form's body (fp8_stream_kernel below; also the sm_121a body of the transposed kernel
 // at 4 tiles a warp and 17..32 rows).
 // kFrag: p.x is x in the fragment order of 2 MT groups (stream_common.cuh activation_frag; NT > 1).
+// The layout of the fragment-order copy of x the kernel at NX groups reads (stream_common.cuh
+// kXfrag*): the x-as-A body's A fragments at 4 tiles and 2 groups (the body every arch runs there:
+// fp8_t_runs_xa), else the values in order (the transposed body's B operands, and the x-as-A body
+// where an arch's choice decides it). Host and device take the layout from here.
+template <int NT, int NX>
+constexpr int fp8_frag_layout() {
+  return NT == 4 && NX == 2 ? stream::kXfragPlainA : stream::kXfragPlain;
+}
+
 template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
 __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
@@ -120,19 +129,28 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
-        stream::x_word(xc, xw, xr, ss, q, kSW);
+        stream::x_word(xc, xw, xr, ss, q, ss + 1 < kSW);
         // A fragments of mmas 2q and 2q+1 (natural k order): {row g, row g+8, row g, row g+8} of m16
         // tile mt; register r of a row's word = elements 2r, 2r+1
+        // (the copy in layout kXfragPlainA: xc[2 mt + r] is A fragment r of tile mt)
+        constexpr bool kFragA = kFrag && fp8_frag_layout<NT, 2 * MT>() == stream::kXfragPlainA;
         uint32_t af[MT][2][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const uint4 v = xc[2 * mt + hh];
-            af[mt][0][hh] = v.x;
-            af[mt][0][hh + 2] = v.y;
-            af[mt][1][hh] = v.z;
-            af[mt][1][hh + 2] = v.w;
+            if constexpr (kFragA) {
+              af[mt][hh][0] = v.x;
+              af[mt][hh][1] = v.y;
+              af[mt][hh][2] = v.z;
+              af[mt][hh][3] = v.w;
+            } else {
+              af[mt][0][hh] = v.x;
+              af[mt][0][hh + 2] = v.y;
+              af[mt][1][hh] = v.z;
+              af[mt][1][hh + 2] = v.w;
+            }
           }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -273,7 +291,7 @@ __device__ __forceinline__ void fp8_stream_t(const Fp8BlockParams& p) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
-        stream::x_word(xc, xw, xr, ss, q, kSW);
+        stream::x_word(xc, xw, xr, ss, q);
 #pragma unroll
         for (int i = 0; i < kA; ++i) {
           const uint4* w0 = wb[d][2 * i];
@@ -342,7 +360,8 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPL
 // The same kernel reading x from its fragment order of NX groups (stream_common.cuh activation_frag,
 // written by xfrag_kernel into p.x): the same body per group count (fp8_t_runs_xa; the x-as-A
 // body's 2 MT groups are NX at 2 and 4), the same values in every thread, so the same bits; as
-// nvfp4_stream_tf_kernel (nvfp4_stream_kernel.cuh), whose lab measured why. Launched by
+// nvfp4_stream_tf_kernel (nvfp4_stream_kernel.cuh), whose lab measured why. The copy's layout:
+// fp8_frag_layout (the x-as-A body's A fragments in one load at 2 groups). Launched by
 // stream_launch.cuh (frag).
 template <typename T, int K, int KSPLIT, int NT, int NX>
 __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))

@@ -32,6 +32,10 @@ struct Nvfp4StreamOf {
   static constexpr bool kFragServes = frag_at(K, KS, NT);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto frag_fn = nvfp4_stream_tf_kernel<T, K, KS, NT, MT>;
+  // the copy's layout (stream_common.cuh): as the body the kernel runs at MT groups takes x
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr int kFragLayout =
+      nvfp4_t_runs_xa<T, KS, NT, MT>() ? stream::kXfragPairedA : stream::kXfragPaired;
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>

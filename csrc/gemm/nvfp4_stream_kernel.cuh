@@ -105,7 +105,7 @@ constexpr int stream_depth_wide4() {
 // T: activation type; K: the weight row length; KSPLIT: warps per block (k split, the table's);
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same). kFrag: p.x is x in the
-// fragment order of 2 MT groups (stream_common.cuh activation_frag; NT > 1).
+// fragment order of 2 MT groups, layout kXfragPairedA (stream_common.cuh activation_frag; NT > 1).
 template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
 __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
@@ -146,12 +146,19 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   stream::zero_fill(acc);
   stream::XWords<kXStep, kH, kFrag ? kH : 0> xw;  // the activations in flight (stream_common.cuh)
   stream::x_first(xw, xr);
-
+  // kAdvance: the weight, scale and x pointers advance once per kD steps (every offset in the loop
+  // an immediate: 34816x5120 at 32 rows, ~40 of ~1035 instructions an iteration were addresses);
+  // not in the blocks held to 128 registers (k split 8, 4 tiles, 1..16 rows: they spilled 16-24
+  // bytes so), which keep indexing from the warp's first step
+  constexpr bool kAdvance =
+      65536 / (QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT) * QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)) > 128;
+  using XW = stream::XWords<kXStep, kH, kFrag ? kH : 0>;
   for (int s = 0; s < kSW; s += kD) {
+    const int base = kAdvance ? 0 : s;  // the pointers' step (relative to it, s + d is base + d)
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
       if (kSW % kD != 0 && s + d >= kSW) break;
-      const int ss = s + d;
+      const int ss = s + d, rel = base + d;
       uint4 wq[NT];
       uint32_t sc[NT];
 #pragma unroll
@@ -162,23 +169,29 @@ __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
       if (ss + kD < kSW) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * (ss + kD));
-          sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kD));
+          wb[d][nt] = stream::load_w(wp + nt * 8 * kRowB + 64 * (rel + kD));
+          sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (rel + kD));
         }
       }
       typename D::T2 s2[NT][2];
       stream::nvfp4_scales<T, NT>(s2, sc);
       // word q outer, tiles inner: only word q's A fragments are live; the activations of word
       // q + 1 (at 1 tile a warp: word q of the next step) load while word q is decoded
-      stream::x_step(xw, xr, ss);
+      stream::x_step(xw, xr, rel);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
-        stream::x_word(xc, xw, xr, ss, q, kSW);
+        stream::x_word(xc, xw, xr, rel, q, ss + 1 < kSW);
         uint32_t af[MT][2][4];
-        stream::nvfp4_a_fragments<MT>(af, xc);
+        stream::nvfp4_a_fragments<MT, kFrag>(af, xc);  // (the copy: layout kXfragPairedA)
         stream::nvfp4_word_mmas<T, NT, MT>(acc, af, wq, s2, q);
       }
+    }
+    if constexpr (kAdvance) {
+      wp += 64 * kD;
+      sp += 8 * kD;
+#pragma unroll
+      for (int h = 0; h < kH; ++h) xr[h] += XW::kStep * kD;
     }
   }
 
@@ -221,16 +234,18 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, MT),
 // scale and x pointers advance once per kD + 1 steps (every offset in the loop an immediate).
 // Word q of a transposed step (nvfp4_stream_t, nvfp4_stream_ts): the word of x of each group nx
 // re-paired into B operands, the word of each tile pair decoded into an A operand, their mmas.
-template <typename T, int NT, int NX>
+// kPaired: xc already re-paired (the fragment order's copy in layout stream_common.cuh kXfragPaired).
+template <typename T, int NT, int NX, bool kPaired = false>
 __device__ __forceinline__ void nvfp4_t_word(float (&acc)[NT / 2][NX][4], const uint4 (&xc)[NX], const uint4 (&w)[NT],
                                              const typename nvfp4::PairDecode<T>::T2 (&s2)[NT][2], int q) {
   uint32_t bx[NX][2][2];  // group nx, mma 2q + r: (b0, b1) = k slots re-paired (i, i+4)
 #pragma unroll
   for (int nx = 0; nx < NX; ++nx) {
-    bx[nx][0][0] = __byte_perm(xc[nx].x, xc[nx].z, 0x5410);
-    bx[nx][0][1] = __byte_perm(xc[nx].x, xc[nx].z, 0x7632);
-    bx[nx][1][0] = __byte_perm(xc[nx].y, xc[nx].w, 0x5410);
-    bx[nx][1][1] = __byte_perm(xc[nx].y, xc[nx].w, 0x7632);
+    const uint4 v = kPaired ? xc[nx] : stream::pair_word_by_four(xc[nx]);
+    bx[nx][0][0] = v.x;
+    bx[nx][0][1] = v.y;
+    bx[nx][1][0] = v.z;
+    bx[nx][1][1] = v.w;
   }
 #pragma unroll
   for (int i = 0; i < NT / 2; ++i) {
@@ -306,8 +321,8 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
-        stream::x_word(xc, xw, xr, d, q, kSW);
-        nvfp4_t_word<T, NT, NX>(acc, xc, wb[d], s2, q);
+        stream::x_word(xc, xw, xr, d, q);
+        nvfp4_t_word<T, NT, NX, kFrag>(acc, xc, wb[d], s2, q);  // (the copy: layout kXfragPaired)
       }
     }
     wp += 64 * kR;
@@ -363,6 +378,10 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
 // written by stream_common.cuh xfrag_kernel into p.x): the same body per group count
 // (nvfp4_t_runs_xa; the x-as-A body's 2 MT groups are NX at 2 and 4), the same values in every
 // thread, so the same bits; a warp's load of a word of x touches 4 L1 lines instead of 16 per group.
+// The copy stores each word as the body's operands take it (stream_common.cuh kXfragPairedA for the
+// x-as-A body, kXfragPaired for the transposed one; Nvfp4StreamOf::kFragLayout), so the body's loop
+// has no PRMT and no register copy of x: 34816x5120 at 32 rows, 1035 -> 820 SASS instructions an
+// iteration (the x-as-A body's two steps; ncu_s23_xfrag_layout.txt), 61.6 -> 50.2 us (bench).
 // Why (H200, benchmarks/lab/nvfp4_xperm_lab.cu, nvfp4_xperm_lab_s22.txt; ncu_s22_xperm.txt): at 9..32
 // rows the row-major reads of x are the L1's work (34816x5120 at 16 rows: 8.2M L1 data wavefronts,
 // L1/TEX 83%, DRAM 31%; in the fragment order 4.0M, 48%, 40%); the kernel alone at 16 / 24 / 32
@@ -470,7 +489,7 @@ __device__ __forceinline__ void nvfp4_stream_ts(const Nvfp4Params& p) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[NX];
-        stream::x_word(xc, xw, xr, d, q, kSW);
+        stream::x_word(xc, xw, xr, d, q);
         nvfp4_t_word<T, NT, NX>(acc, xc, wq, s2, q);
       }
     }

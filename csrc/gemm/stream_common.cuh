@@ -86,17 +86,36 @@ __device__ __forceinline__ void activation_rows(const T* (&xr)[kH], const void* 
   for (int h = 0; h < kH; ++h) xr[h] = (g + 8 * h < m ? x0 + (g + 8 * h) * x_stride : zero) + off;
 }
 
+// 8 2-byte values (registers: pairs (0, 1), (2, 3), (4, 5), (6, 7)) re-paired (i, i+4): (0, 4),
+// (1, 5), (2, 6), (3, 7) - the k slots of the NVFP4 kernels' mma operands (nvfp4.cuh pair_raw_*).
+__device__ __forceinline__ uint4 pair_word_by_four(const uint4& v) {
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                    __byte_perm(v.y, v.w, 0x7632));
+}
+
 // The fragment order of x (kFragH groups of 8 rows; written by xfrag_kernel below):
 // the 16-byte word q of step s of group h that lane 4 g + t of every warp reads - x[8 h + g][128 s +
 // 32 t + 8 q .. + 7], zeros for rows at or past M - is uint4 ((4 s + q) kFragH + h) 32 + lane, so a
 // warp's load of a word of a group is 512 contiguous bytes (4 L1 lines) where the row-major rows
 // touch 8 rows x 2 lines (the four threads of a row read 16 bytes 64 apart). The same values reach
 // each thread: the same bits. xfrag_elems: the copy's length in 2-byte elements, K x 8 kFragH.
+// Four layouts of those words (xfrag_kernel kLayout), as the kernel's operands take them:
+//   kXfragPlain    the values in order (the FP8 kernels: their mma operands are x's registers);
+//   kXfragPaired   re-paired (i, i+4): registers p0..p3 = (0, 4), (1, 5), (2, 6), (3, 7)
+//                  (pair_word_by_four; the NVFP4 transposed body's B operands, two registers each);
+//   kXfragPairedA  slot h = 2 mt + r holds the A fragment r of m16 tile mt of the NVFP4 x-as-A body,
+//                  {p_2r of group 2 mt, p_2r of group 2 mt + 1, p_2r+1 of 2 mt, p_2r+1 of 2 mt + 1}:
+//                  one load, one mma operand (an operand made of two loads' registers was copied
+//                  again for every tile by ptxas: ~400 moves an iteration at 32 rows). kFragH even;
+//   kXfragPlainA   the same for the FP8 x-as-A body, from the values in order: {r0 of group 2 mt,
+//                  r0 of 2 mt + 1, r1 of 2 mt, r1 of 2 mt + 1} (A fragment 0), the same of r2, r3.
+constexpr int kXfragPlain = 0, kXfragPaired = 1, kXfragPairedA = 2, kXfragPlainA = 3;
 constexpr int64_t xfrag_elems(int64_t k, int groups) { return k * 8 * groups; }
 
 // x (row-major: m rows of k 2-byte values E, `stride` apart) -> its fragment order of `groups`
-// groups of 8 rows (zeros for rows at or past m) at `out`: one uint4 a thread, k x groups of them.
-template <typename E>
+// groups of 8 rows (zeros for rows at or past m) in layout kLayout at `out`: one uint4 a thread, k x
+// groups of them.
+template <typename E, int kLayout = kXfragPlain>
 __global__ void __launch_bounds__(256) xfrag_kernel(const E* __restrict__ x, int64_t m, int64_t stride, int64_t k,
                                                     int groups, uint4* __restrict__ out) {
   static_assert(sizeof(E) == 2, "2-byte activations");
@@ -106,9 +125,19 @@ __global__ void __launch_bounds__(256) xfrag_kernel(const E* __restrict__ x, int
   if (i >= k * groups) return;
   const int lane = int(i % 32), h = int(i / 32 % groups);
   const int64_t sq = i / (32 * groups);  // 4 s + q
-  const int64_t row = 8 * h + lane / 4;
   const int64_t col = 128 * (sq / 4) + 32 * (lane % 4) + 8 * (sq % 4);
-  out[i] = row < m ? load_x(x + row * stride + col) : make_uint4(0, 0, 0, 0);
+  constexpr bool kPair = kLayout == kXfragPaired || kLayout == kXfragPairedA;
+  const auto word = [&](int grp) {  // word (s, q) of group grp at this lane, as kLayout pairs it
+    const int64_t row = 8 * grp + lane / 4;
+    const uint4 v = row < m ? load_x(x + row * stride + col) : make_uint4(0, 0, 0, 0);
+    return kPair ? pair_word_by_four(v) : v;
+  };
+  if constexpr (kLayout == kXfragPairedA || kLayout == kXfragPlainA) {
+    const uint4 a = word(h & ~1), b = word(h | 1);
+    out[i] = h % 2 == 0 ? make_uint4(a.x, b.x, a.y, b.y) : make_uint4(a.z, b.z, a.w, b.w);
+  } else {
+    out[i] = word(h);
+  }
 }
 
 // The row pointers of x in the fragment order (kH groups): group h of this warp's first step s0 at
@@ -121,15 +150,23 @@ __device__ __forceinline__ void activation_frag(const T* (&xr)[kH], const void* 
 
 // The activations of a warp step, word by word (q = 0..3: 8 values of each row half at 8 q). Two
 // schedules: kXStep (1 tile a warp) keeps a whole step in flight - x_first loads step 0, and
-// x_word hands out word q of step ss and loads word q of step ss + 1 in its place; otherwise one
-// word ahead - x_step loads word 0 of step ss, x_word hands out word q and loads word q + 1.
-// kFragH 0: x row-major (activation_rows; word q of step ss 128 ss + 8 q elements on); else the
-// fragment order of kFragH groups (activation_frag; kStep / kWord: the strides in elements).
+// x_word hands out word q of step `rel` and loads word q of step rel + 1 in its place (if
+// `next_step`: that step is in the warp's range); otherwise one word ahead - x_step loads word 0 of
+// step `rel`, x_word hands out word q and loads word q + 1. `rel`: the step's index from the
+// pointers xr (a kernel may advance them as it goes, so that every offset is an immediate).
+// kFragH 0: x row-major (activation_rows; word q of step rel 128 rel + 8 q elements on); else the
+// fragment order of kFragH groups (activation_frag; kStep / kWord: the strides in elements; group h
+// at xr[0] + 256 h, so one pointer serves them all).
 template <bool kXStep, int kH, int kFragH = 0>
 struct XWords {
   static constexpr int kStep = kFragH > 0 ? 4 * kFragH * 256 : 128;
   static constexpr int kWord = kFragH > 0 ? kFragH * 256 : 8;
   uint4 ahead[kXStep ? 4 : 1][kH];
+  // row half / group h of the pointers xr
+  template <typename T>
+  static __device__ __forceinline__ const T* at(const T* const (&xr)[kH], int h) {
+    return kFragH > 0 ? xr[0] + 256 * h : xr[h];
+  }
 };
 template <bool kXStep, typename T, int kH, int kF>
 __device__ __forceinline__ void x_first(XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH]) {
@@ -138,29 +175,29 @@ __device__ __forceinline__ void x_first(XWords<kXStep, kH, kF>& x, const T* cons
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
-      for (int h = 0; h < kH; ++h) x.ahead[q][h] = load_x(xr[h] + X::kWord * q);
+      for (int h = 0; h < kH; ++h) x.ahead[q][h] = load_x(X::at(xr, h) + X::kWord * q);
   }
 }
 template <bool kXStep, typename T, int kH, int kF>
-__device__ __forceinline__ void x_step(XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int ss) {
+__device__ __forceinline__ void x_step(XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int rel) {
   using X = XWords<kXStep, kH, kF>;
   if constexpr (!kXStep) {
 #pragma unroll
-    for (int h = 0; h < kH; ++h) x.ahead[0][h] = load_x(xr[h] + X::kStep * ss);
+    for (int h = 0; h < kH; ++h) x.ahead[0][h] = load_x(X::at(xr, h) + X::kStep * rel);
   }
 }
 template <bool kXStep, typename T, int kH, int kF>
-__device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int ss,
-                                       int q, int steps) {
+__device__ __forceinline__ void x_word(uint4 (&xc)[kH], XWords<kXStep, kH, kF>& x, const T* const (&xr)[kH], int rel,
+                                       int q, bool next_step = true) {
   using X = XWords<kXStep, kH, kF>;
   const int slot = kXStep ? q : 0;
 #pragma unroll
   for (int h = 0; h < kH; ++h) xc[h] = x.ahead[slot][h];
-  if (kXStep ? ss + 1 < steps : q < 3) {
+  if (kXStep ? next_step : q < 3) {
 #pragma unroll
     for (int h = 0; h < kH; ++h)
-      x.ahead[slot][h] =
-          load_x(xr[h] + (kXStep ? X::kStep * (ss + 1) + X::kWord * q : X::kStep * ss + X::kWord * (q + 1)));
+      x.ahead[slot][h] = load_x(X::at(xr, h) + (kXStep ? X::kStep * (rel + 1) + X::kWord * q
+                                                        : X::kStep * rel + X::kWord * (q + 1)));
   }
 }
 
@@ -193,18 +230,27 @@ __device__ __forceinline__ void nvfp4_scales(typename nvfp4::PairDecode<T>::T2 (
 }
 // The A fragments of mmas 2q, 2q+1 from word q's activations (xc[2 mt + hh]: 8 values of row half hh
 // of m16 tile mt), k slots re-paired (i, i+4) as pair_by_four's registers 4q..4q+3: {row g, row g+8,
-// row g, row g+8} of each m16 tile.
-template <int MT>
+// row g, row g+8} of each m16 tile. kFragA: xc holds them already (the fragment order's copy in
+// layout kXfragPairedA: xc[2 mt + r] = A fragment r of tile mt; hh plays r).
+template <int MT, bool kFragA = false>
 __device__ __forceinline__ void nvfp4_a_fragments(uint32_t (&af)[MT][2][4], const uint4 (&xc)[2 * MT]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const uint4 v = xc[2 * mt + hh];
-      af[mt][0][hh] = __byte_perm(v.x, v.z, 0x5410);
-      af[mt][0][hh + 2] = __byte_perm(v.x, v.z, 0x7632);
-      af[mt][1][hh] = __byte_perm(v.y, v.w, 0x5410);
-      af[mt][1][hh + 2] = __byte_perm(v.y, v.w, 0x7632);
+      if constexpr (kFragA) {
+        const uint4 v = xc[2 * mt + hh];
+        af[mt][hh][0] = v.x;
+        af[mt][hh][1] = v.y;
+        af[mt][hh][2] = v.z;
+        af[mt][hh][3] = v.w;
+      } else {
+        const uint4 v = pair_word_by_four(xc[2 * mt + hh]);
+        af[mt][0][hh] = v.x;
+        af[mt][0][hh + 2] = v.y;
+        af[mt][1][hh] = v.z;
+        af[mt][1][hh + 2] = v.w;
+      }
     }
 }
 // Word q of every tile's 16 weight bytes (wq[nt]) decoded into B fragments and its two mmas per m16

@@ -12,7 +12,8 @@
 // `staged_fn`, same arguments as `fn`, and `template <int KS, int NT> kStagedBytes`, its dynamic
 // shared memory; use_staged below picks it).
 // `template <int K, int KS, int NT> kFragServes`: the kernel also reads x in its fragment order (then
-// `frag_fn`, same arguments as `fn`; P has the buffer, xfrag and xfrag_from; frag below).
+// `frag_fn`, and `kFragLayout`, the layout of x it reads (stream_common.cuh kXfrag*), same arguments
+// as `fn`; P has the buffer, xfrag and xfrag_from; frag below).
 // `kOneGroupXa`: 1..8 rows may run the 2-group instantiation (the x-as-A body; use_one_group_xa below).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
@@ -236,8 +237,9 @@ struct StreamLaunch {
   static cudaError_t frag(const P& p, bool pdl, cudaStream_t stream) {
     constexpr int G = MT < 2 ? 2 : MT;
     const int64_t n16 = p.k * G;  // uint4s of the copy (stream_common.cuh xfrag_kernel)
-    if (cudaError_t e = launch_kernel(stream::xfrag_kernel<uint16_t>, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0,
-                                      stream, pdl, static_cast<const uint16_t*>(p.x), p.m, p.x_stride, p.k, G,
+    constexpr auto copy = stream::xfrag_kernel<uint16_t, Of::template kFragLayout<T, K, KS, NT, G>>;
+    if (cudaError_t e = launch_kernel(copy, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0, stream, pdl,
+                                      static_cast<const uint16_t*>(p.x), p.m, p.x_stride, p.k, G,
                                       static_cast<uint4*>(p.xfrag)))
       return e;
     P q = p;
