@@ -107,8 +107,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "(5120x6144, 5120x17408) first copies x into the fragment order (csrc/gemm/stream_common.cuh "
          "activation_frag: the 16 bytes each lane of a warp reads for one word of a group of 8 rows lie in "
          "one 512-byte run, 4 L1 lines instead of 16; a 32-row buffer, K x 64 bytes), then runs the same "
-         "body reading the copy (nvfp4_stream_tf_kernel; H200, 34816x5120 at 16 / 24 / 32 rows 50.2 / 63.3 / "
-         "75.9 -> 40.8 / 50.7 / 60.6 us, bench_nvfp4; benchmarks/lab/nvfp4_xperm_lab.cu); other devices: "
+         "body reading the copy, each word stored as the body's mma operands take it (nvfp4_stream_tf_kernel; "
+         "H200, 34816x5120 at 16 / 24 / 32 rows 50.2 / 63.3 / 75.9 -> 39.1 / 50.0 / 50.2 us, bench_nvfp4; "
+         "benchmarks/lab/nvfp4_xperm_lab.cu); also at 1..8 rows where QWEN38_NVFP4_ONE_GROUP runs the x-as-A "
+         "body (auto: 34816x5120 on the H200, 1 / 4 / 8 rows 41.0 / 41.3 / 42.8 -> 38.1 / 37.9 / 38.1 us; "
+         "scripts/ab_skinny.py; the transposed body's shapes lose 2-20% with the copy); other devices: "
          "never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the 2-group "
          "kernel, the x-as-A body), unless QWEN38_NVFP4_STAGED=1; 0: never. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",

@@ -280,10 +280,11 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
 
 
 def _t_kernel_groups(names: list[str]) -> list[int]:
-    """The group-count argument (the last template argument) of each nvfp4_stream_t_kernel launch."""
+    """The group-count argument (the last template argument) of each nvfp4_stream_t_kernel launch (and
+    of nvfp4_stream_tf_kernel: the same bodies reading x in the fragment order)."""
     import re
 
-    return [int(mm.group(1)) for s in names for mm in re.finditer(r"nvfp4_stream_t_kernel<[^>]*?(\d+)\s*>", s)]
+    return [int(mm.group(1)) for s in names for mm in re.finditer(r"nvfp4_stream_tf?_kernel<[^>]*?(\d+)\s*>", s)]
 
 
 @pytest.mark.gpu
@@ -294,7 +295,9 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
     every row of a 32-row call agrees with its 1-row call under either. The profiler shows which
     instantiation ran. Auto (the default) takes the x-as-A body only where the register grid needs
     more than two rounds of CTAs: on a 132-SM H200 34816x5120 (1088 CTAs, 4 an SM), not 16384x5120
-    (512 CTAs). A knob value other than auto, xa or t is an error naming the knob."""
+    (512 CTAs); there QWEN38_NVFP4_XFRAG's auto copies x into the fragment order first (the copy
+    kernel and nvfp4_stream_tf_kernel; with the copy off, nvfp4_stream_t_kernel). A knob value other
+    than auto, xa or t is an error naming the knob."""
     k = 5120
     skinny_variant("nvfp4_linear", 256, k, 4, 4)
     w = _weight(256, k, "cuda", seed=41)
@@ -325,8 +328,17 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
         skinny_variant("nvfp4_linear", n, k, 4, 4)
         wb = _random_codes_weight(n, k, g)  # only the bits of the two bodies are compared
         for m in (1, 8):
-            assert _t_kernel_groups(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m}"
+            names = qt.cuda_kernel_names(lambda: _call(x[:m], wb))
+            assert _t_kernel_groups(names) == want, f"auto, {n}x{k}, {m}"
+            copied = want == [2]  # the x-as-A body at 1..8 rows reads the copy (QWEN38_NVFP4_XFRAG auto)
+            assert any("xfrag_kernel" in s for s in names) == copied, f"auto, {n}x{k}, {m}: {names}"
+            assert any("nvfp4_stream_tf_kernel" in s for s in names) == copied, f"auto, {n}x{k}, {m}: {names}"
+            with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):
+                names = qt.cuda_kernel_names(lambda: _call(x[:m], wb))
+            assert not any("xfrag_kernel" in s for s in names) and _t_kernel_groups(names) == want, names
         qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_ONE_GROUP", "t", rows=(1, 8),
+                                  what=f"{n}x{k} auto: ")
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_XFRAG", "0", rows=(1, 8),
                                   what=f"{n}x{k} auto: ")
 
 

@@ -76,27 +76,32 @@ inline int skinny_cluster(const char* op) {
 // The buffer of x in the fragment order for the register-stream kernels (stream_launch.cuh frag;
 // knob QWEN38_NVFP4_XFRAG / QWEN38_FP8_XFRAG): where the call's variant serves it (`serves`) and a
 // 32-row slice of the call's m rows has the knob's first row count (auto: 9 on compute capability 9,
-// where measured - at 1..8 rows the copy does not pay - else never; 1: 1; 0: never), 32 rows of x
-// (every slice writes it in turn; each copy waits for the previous kernel, pdl.cuh) and that row
-// count; else an undefined tensor.
+// where measured - at 1..8 rows the copy does not pay in general - else never; 1: 1; 0: never), or
+// auto on compute capability 9 where the op has a rule for 1..8 rows (`one_group`: NVFP4, the copy
+// where the one-group rule runs the x-as-A body, stream_launch.cuh one), 32 rows of x (every slice
+// writes it in turn; each copy waits for the previous kernel, pdl.cuh), that row count and whether
+// the 1..8-row rule applies; else an undefined tensor.
 struct XfragBuffer {
   at::Tensor buf;
   int from = 0;
+  bool one_group = false;
 };
 inline XfragBuffer xfrag_buffer(const char* op, const char* knob, bool serves, const at::Tensor& x, int64_t m,
-                                int64_t k) {
+                                int64_t k, bool one_group = false) {
   if (!serves) return {};
   const char* v = std::getenv(knob);
   int from = 0;
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) {
     from = at::cuda::getCurrentDeviceProperties()->major == 9 ? 9 : 0;
+    one_group = one_group && from > 0;
   } else {
     TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", op, ": ", knob,
                       " must be auto, 0 or 1, got '", v, "'");
     from = *v == '1' ? 1 : 0;
+    one_group = false;
   }
-  if (from == 0 || std::min(m, kSkinnyMaxRows) < from) return {};
-  return {at::empty({kSkinnyMaxRows * k}, x.options()), from};
+  if (from == 0 || (std::min(m, kSkinnyMaxRows) < from && !one_group)) return {};
+  return {at::empty({kSkinnyMaxRows * k}, x.options()), from, one_group};
 }
 
 // bias [N] in x's dtype or fp32, contiguous, on x's device. Returns its dtype code for the kernel

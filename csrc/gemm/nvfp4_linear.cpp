@@ -195,10 +195,11 @@ void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const Ski
   p.one_group = one_group_mode();
   p.cluster = skinny_cluster(kOp);
   const XfragBuffer xf =
-      xfrag_buffer(kOp, "QWEN38_NVFP4_XFRAG", p.stream && nvfp4_frag_serves(p.k, v), x, m, p.k);
+      xfrag_buffer(kOp, "QWEN38_NVFP4_XFRAG", p.stream && nvfp4_frag_serves(p.k, v), x, m, p.k, true);
   if (xf.from > 0) {
     p.xfrag = xf.buf.data_ptr();
     p.xfrag_from = xf.from;
+    p.xfrag_one_group = xf.one_group;
   }
   const int64_t x_es = x.element_size();
   const int64_t y_es = p.out == int(Out::kF32) ? 4 : 2;

@@ -53,7 +53,8 @@ struct Nvfp4Launch : Nvfp4Params {
   void* xfrag = nullptr;           // register-stream kernel where nvfp4_frag_serves: a
                                    // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                    // order (stream_launch.cuh frag), used at xfrag_from rows and
-  int xfrag_from = 9;              // more (null: never); changes no bit
+  int xfrag_from = 9;              // more (null: never), and at 1..8 rows where the one-group
+  bool xfrag_one_group = false;    // rule runs the x-as-A body if xfrag_one_group; changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).

@@ -264,6 +264,11 @@ struct StreamLaunch {
     if constexpr (Of::kOneGroupXa && Of::kRowGroups && NT > 1 && MT == 1) {
       bool xa = false;
       if (cudaError_t e = use_one_group_xa<T, K, KS, NT>(p, tiles, &xa)) return e;
+      // (and with x in the fragment order where the caller asks for it at these rows, p.xfrag_one_group:
+      // H200, 34816x5120 at 1 / 4 / 8 rows 41.0 / 41.3 / 42.8 -> 38.1 / 37.9 / 38.1 us, where the
+      // transposed body's shapes lose 2-20% with the copy; scripts/ab_skinny.py, session 23)
+      if constexpr (Of::template kFragServes<K, KS, NT>)
+        if (xa && p.xfrag != nullptr && p.xfrag_one_group) return frag<T, K, KS, NT, 2>(p, pdl, stream);
       if (xa) return registered<T, K, KS, NT, 2>(p, pdl, stream);
     }
     return registered<T, K, KS, NT, MT>(p, pdl, stream);
