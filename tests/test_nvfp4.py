@@ -256,12 +256,8 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
             with q.knobs.override(QWEN38_NVFP4_STAGED="0"):
                 assert not staged(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"knob 0, {m} rows"
             assert not staged(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"auto, 32 CTAs, {m} rows"
-        with q.knobs.override(QWEN38_NVFP4_STAGED="0"):
-            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_NVFP4_STAGED", "1",
-                                      rows=(1, 3, 8, 9, 16, 17, 24, 25, 32),
-                                      extras=((None, None), (bias, torch.float32)), what=f"{xdt} staged: ")
-        with q.knobs.override(QWEN38_NVFP4_STAGED="1"):
-            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+        _assert_body_knob(w, x, bias, "QWEN38_NVFP4_STAGED", "0", "1", (1, 3, 8, 9, 16, 17, 24, 25, 32),
+                          f"{xdt} staged: ")
     with q.knobs.override(QWEN38_NVFP4_STAGED="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_STAGED"):
         _call(x[:1], w)
     props = torch.cuda.get_device_properties(0)
@@ -277,6 +273,17 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
                 assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
             qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_STAGED", "0", rows=tuple(rows),
                                       what=f"{n}x{k} auto: ")
+
+
+def _assert_body_knob(w, x, bias, knob: str, base: str, other: str, rows: tuple, what: str) -> None:
+    """A launch knob choosing between two bodies of the stream kernel: ``knob`` = ``other`` gives the
+    bits of ``knob`` = ``base`` at ``rows`` (also with bias and fp32 output), and under ``other`` every
+    row of a 32-row call agrees with its 1-row call."""
+    with q.knobs.override(**{knob: base}):
+        qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, knob, other, rows=rows,
+                                  extras=((None, None), (bias, torch.float32)), what=what)
+    with q.knobs.override(**{knob: other}):
+        qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
 
 
 def _t_kernel_groups(names: list[str]) -> list[int]:
@@ -311,12 +318,7 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
             with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="t"):
                 assert groups(m) == [1], f"knob t, {m} rows"
             assert groups(m) == [1], f"auto, 32 CTAs, {m} rows"
-        with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="t"):
-            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_NVFP4_ONE_GROUP", "xa",
-                                      rows=(1, 2, 5, 8), extras=((None, None), (bias, torch.float32)),
-                                      what=f"{xdt} one group: ")
-        with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="xa"):
-            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+        _assert_body_knob(w, x, bias, "QWEN38_NVFP4_ONE_GROUP", "t", "xa", (1, 2, 5, 8), f"{xdt} one group: ")
     with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_ONE_GROUP"):
         _call(x[:1], w)
     props = torch.cuda.get_device_properties(0)

@@ -130,28 +130,11 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
         stream::x_word(xc, xw, xr, ss, q, ss + 1 < kSW);
-        // A fragments of mmas 2q and 2q+1 (natural k order): {row g, row g+8, row g, row g+8} of m16
-        // tile mt; register r of a row's word = elements 2r, 2r+1
-        // (the copy in layout kXfragPlainA: xc[2 mt + r] is A fragment r of tile mt)
-        constexpr bool kFragA = kFrag && fp8_frag_layout<NT, 2 * MT>() == stream::kXfragPlainA;
+        // A fragments of mmas 2q and 2q+1 (natural k order; register r of a row's word = elements
+        // 2r, 2r+1), or as loaded from the copy in layout kXfragPlainA
+        constexpr bool kLoaded = kFrag && fp8_frag_layout<NT, 2 * MT>() == stream::kXfragPlainA;
         uint32_t af[MT][2][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const uint4 v = xc[2 * mt + hh];
-            if constexpr (kFragA) {
-              af[mt][hh][0] = v.x;
-              af[mt][hh][1] = v.y;
-              af[mt][hh][2] = v.z;
-              af[mt][hh][3] = v.w;
-            } else {
-              af[mt][0][hh] = v.x;
-              af[mt][0][hh + 2] = v.y;
-              af[mt][1][hh] = v.z;
-              af[mt][1][hh + 2] = v.w;
-            }
-          }
+        stream::a_fragments<MT, false, kLoaded>(af, xc);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,

@@ -228,30 +228,35 @@ __device__ __forceinline__ void nvfp4_scales(typename nvfp4::PairDecode<T>::T2 (
     s2[nt][1] = nvfp4::PairDecode<T>::scale(__high2half(sh));
   }
 }
-// The A fragments of mmas 2q, 2q+1 from word q's activations (xc[2 mt + hh]: 8 values of row half hh
-// of m16 tile mt), k slots re-paired (i, i+4) as pair_by_four's registers 4q..4q+3: {row g, row g+8,
-// row g, row g+8} of each m16 tile. kFragA: xc holds them already (the fragment order's copy in
-// layout kXfragPairedA: xc[2 mt + r] = A fragment r of tile mt; hh plays r).
-template <int MT, bool kFragA = false>
-__device__ __forceinline__ void nvfp4_a_fragments(uint32_t (&af)[MT][2][4], const uint4 (&xc)[2 * MT]) {
+// The A fragments of mmas 2q, 2q+1 (the x-as-A bodies) from word q's activations xc[2 mt + hh] (8
+// values of row half hh of m16 tile mt): {row g, row g+8, row g, row g+8} of each m16 tile, its
+// registers in order (FP8) or, kPair, its k slots re-paired (i, i+4) as pair_by_four's registers
+// 4q..4q+3 (NVFP4). kLoaded: xc holds the fragments already (the fragment order's copy in layout
+// kXfragPairedA / kXfragPlainA: xc[2 mt + r] = A fragment r of tile mt).
+template <int MT, bool kPair, bool kLoaded = false>
+__device__ __forceinline__ void a_fragments(uint32_t (&af)[MT][2][4], const uint4 (&xc)[2 * MT]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      if constexpr (kFragA) {
-        const uint4 v = xc[2 * mt + hh];
-        af[mt][hh][0] = v.x;
-        af[mt][hh][1] = v.y;
-        af[mt][hh][2] = v.z;
-        af[mt][hh][3] = v.w;
-      } else {
-        const uint4 v = pair_word_by_four(xc[2 * mt + hh]);
-        af[mt][0][hh] = v.x;
-        af[mt][0][hh + 2] = v.y;
-        af[mt][1][hh] = v.z;
-        af[mt][1][hh + 2] = v.w;
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (kLoaded) {  // (i: the fragment r)
+        const uint4 v = xc[2 * mt + i];
+        af[mt][i][0] = v.x;
+        af[mt][i][1] = v.y;
+        af[mt][i][2] = v.z;
+        af[mt][i][3] = v.w;
+      } else {  // (i: the row half hh)
+        const uint4 v = kPair ? pair_word_by_four(xc[2 * mt + i]) : xc[2 * mt + i];
+        af[mt][0][i] = v.x;
+        af[mt][0][i + 2] = v.y;
+        af[mt][1][i] = v.z;
+        af[mt][1][i + 2] = v.w;
       }
     }
+}
+template <int MT, bool kLoaded = false>
+__device__ __forceinline__ void nvfp4_a_fragments(uint32_t (&af)[MT][2][4], const uint4 (&xc)[2 * MT]) {
+  a_fragments<MT, true, kLoaded>(af, xc);
 }
 // Word q of every tile's 16 weight bytes (wq[nt]) decoded into B fragments and its two mmas per m16
 // tile accumulated, tiles in order (the same mma order per tile at every NT and MT).
