@@ -114,6 +114,15 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "scripts/ab_skinny.py; the transposed body's shapes lose 2-20% with the copy); other devices: "
          "never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the 2-group "
          "kernel, the x-as-A body), unless QWEN38_NVFP4_STAGED=1; 0: never. A launch detail: same bits."),
+    Knob("QWEN38_NVFP4_FOUR_CTAS", "auto",
+         "auto (default): on compute capability 9, nvfp4_linear at 17..24 rows in bf16 where the "
+         "register-stream kernel reads x in the fragment order (QWEN38_NVFP4_XFRAG) at K = 5120, k split 4 and "
+         "4 tiles a warp runs that kernel's form held to 128 registers, 4 CTAs an SM "
+         "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_tf4_kernel; the default form: 156 registers, 3) when "
+         "its grid fits in one round of CTAs and the default form's does not (H200: 16384x5120 and 14336x5120, "
+         "512 and 448 CTAs; at 17 / 24 rows 27.8 / 28.2 -> 25.2 / 25.8 us and 27.1 / 27.3 -> 23.2 / 22.9, "
+         "scripts/ab_skinny.py; other shapes lose 4-12% under the cap); 1: wherever compiled; 0: never. A "
+         "launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",
          "1 (default): nvfp4_linear on weights of few rows at K = 5120 and k split 8 (with QWEN38_NVFP4_STREAM=1: N a multiple of 8 up to 128 at 1..32 rows, the model's 48- and 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows, its 1024-row ones) runs the x-shared kernel (csrc/gemm/nvfp4_xshare_kernel.cuh): clusters of 8 CTAs, one per k-split warp, each CTA copying its k range of x into shared memory once for all its tiles, every weight step in flight from the start, the partials sent by st.async and summed in warp order in the cluster's shared memory (H200, x cold, PDL: 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 us against the stream kernel's 3.01 / 3.72 / 4.66, 1024x5120 at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55; benchmarks/lab/xshare_lab.cu); where the device cannot place the clusters, the stream kernel; 0: the stream kernel. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",

@@ -345,6 +345,51 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
 
 
 @pytest.mark.gpu
+def test_four_cta_form_writes_the_fragment_kernels_bits(skinny_variant):
+    """At 17..24 rows in bf16 (3 groups of 8 rows: the transposed body) the fragment-order kernel at
+    K = 5120, k split 4 and 4 tiles a warp also has a form held to 128 registers, 4 CTAs an SM
+    (nvfp4_stream_tf4_kernel; QWEN38_NVFP4_FOUR_CTAS): forced on (1) it runs at 17..24 rows only and
+    gives the bits of the default form (0), with bias and fp32 output, from a strided x, in a CUDA
+    graph; every row of a 32-row call agrees with its 1-row call. fp16 keeps the default form (not
+    compiled: it spills under the cap). Auto (the default) takes it on compute capability 9 where its
+    grid fits in one round of CTAs and the default form's does not: on a 132-SM H200 16384x5120 and
+    14336x5120 (512 and 448 CTAs: 528 fit at 4 an SM, 396 at 3), not 34816x5120 or 12288x5120, with
+    the same bits. A knob value other than auto, 0 or 1 is an error naming the knob."""
+    k = 5120
+    skinny_variant("nvfp4_linear", 256, k, 4, 4)
+    w = _weight(256, k, "cuda", seed=61)
+    bias = qt.randn_nonzero(256, dtype=torch.float32, device="cuda", seed=62)
+    four = lambda names: any("nvfp4_stream_tf4_kernel" in s for s in names)  # noqa: E731
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=63)[:, :k]  # row stride k + 64
+        for m in (1, 9, 16, 17, 20, 24, 25, 32):
+            with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="1"):
+                names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
+            assert four(names) == (xdt == torch.bfloat16 and 17 <= m <= 24), f"{xdt} knob 1, {m} rows: {names}"
+            assert not four(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"{xdt} auto, 32 CTAs, {m} rows"
+        _assert_body_knob(w, x, bias, "QWEN38_NVFP4_FOUR_CTAS", "0", "1", (17, 18, 21, 24), f"{xdt} four CTAs: ")
+        with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="0"):
+            want = _call(x[:23], w, bias)
+        with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="1"):
+            qt.assert_bitwise_equal(qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:23]), want,
+                                    f"{xdt} graph of the 4-CTA form vs the default form")
+    with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="4"), pytest.raises(ValueError, match="QWEN38_NVFP4_FOUR_CTAS"):
+        _call(x[:17], w)
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.multi_processor_count) != (9, 132):
+        return
+    g = torch.Generator(device="cuda").manual_seed(64)
+    x = qt.randn_nonzero(24, k, device="cuda", seed=65)
+    for n, want in ((16384, True), (14336, True), (34816, False), (12288, False)):
+        skinny_variant("nvfp4_linear", n, k, 4, 4)
+        wb = _random_codes_weight(n, k, g)  # only the bits of the two forms are compared
+        for m in (17, 24):
+            assert four(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_FOUR_CTAS", "0", rows=(17, 24),
+                                  what=f"{n}x{k} auto: ")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k,ks", [(5120, 4), (6144, 8), (17408, 8)])
 def test_xfrag_copy_keeps_the_register_bodies_bits(k, ks, skinny_variant):
     """At K = 5120 and k split 4, and at K = 6144 / 17408 and k split 8 (the cluster form), with 4

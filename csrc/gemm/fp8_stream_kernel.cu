@@ -45,6 +45,8 @@ struct Fp8StreamOf {
   static constexpr bool kWaveFit = false;
   template <int K, int KS, int NT>
   static constexpr bool kStagedServes = false;  // (no staged form)
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr bool kFour = false;  // (no 4-CTA form: 216-246 registers at 17..32 rows)
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8Launch>;
 

@@ -121,6 +121,16 @@ int one_group_mode() {
   return v[0] == 'x' ? 1 : 0;
 }
 
+// QWEN38_NVFP4_FOUR_CTAS: the fragment-order kernel's 4-CTA form at 17..24 rows (stream_launch.cuh
+// use_four): -1 auto (by the grid's rounds), 1 wherever compiled, 0 never.
+int four_ctas_mode() {
+  const char* v = std::getenv("QWEN38_NVFP4_FOUR_CTAS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
+                    ": QWEN38_NVFP4_FOUR_CTAS must be auto, 0 or 1, got '", v, "'");
+  return *v - '0';
+}
+
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
 // Rows from which auto leaves the 32-row slices: the knob, else the tile table's measured row count
@@ -193,6 +203,7 @@ void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const Ski
   p.xshare = knob_enabled("QWEN38_NVFP4_XSHARE", true);
   p.staged = staged_mode();
   p.one_group = one_group_mode();
+  p.four = four_ctas_mode();
   p.cluster = skinny_cluster(kOp);
   const XfragBuffer xf =
       xfrag_buffer(kOp, "QWEN38_NVFP4_XFRAG", p.stream && nvfp4_frag_serves(p.k, v), x, m, p.k, true);

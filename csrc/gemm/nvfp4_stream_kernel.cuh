@@ -395,6 +395,31 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
   else nvfp4_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
 
+// ---- 17..24 rows in one round of 4 CTAs an SM ----------------------------------------------------
+// The fragment-order kernel at 3 groups (the transposed body) held to 128 registers, 4 CTAs an SM
+// (the form above: 156 registers, 3): on sm_90a it fits with no spill in bf16 only (fp16 spills 12
+// bytes; at 4 groups either body spills 40-48 bytes, also at 1 step ahead), so it is compiled for
+// bf16, K 5120, k split 4 and 4 tiles a warp (the tables' choice for the model's weights of 6144 rows
+// and more). The same body, the same bits. The launcher takes it on compute capability 9 where its
+// grid fits in one round of CTAs and the 3-CTA form's does not (stream_launch.cuh use_four). H200
+// (benchmarks/lab/stream_waves_lab.cu --xfrag, stream_waves_lab_s24_xfrag*.txt, bf16, 24 rows, us):
+// 16384x5120 (512 CTAs) 26.86 at 2 an SM (the 3-CTA form's best) -> 22.64 at 4 (one round);
+// 14336x5120 (448) 26.15 -> 21.13; where no single round results the cap only costs: 34816x5120
+// 46.92 at 3 an SM -> 53.22 at 3 / 57.93 at 4, 17408x5120 30.99 -> 34.25 / 35.11, 12288x5120 (one
+// round at 3) 16.99 -> 18.38 at 4. The hardware-decode build (sm_121a, where the rule never takes
+// it: a forced knob only) keeps the default form's bounds: under the cap it spilled 12 bytes there.
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_NVFP4_FOUR_MIN_BLOCKS(KSPLIT, NT) QWEN38_NVFP4_STREAM_MIN_BLOCKS(KSPLIT, NT, 2)
+#else
+#define QWEN38_NVFP4_FOUR_MIN_BLOCKS(KSPLIT, NT) 4
+#endif
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_NVFP4_FOUR_MIN_BLOCKS(KSPLIT, NT))
+    nvfp4_stream_tf4_kernel(const Nvfp4Params p) {
+  static_assert(NX == 3 && !nvfp4_t_runs_xa<T, KSPLIT, NT, NX>(), "the transposed body at 3 groups");
+  nvfp4_stream_t<T, K, KSPLIT, NT, NX, true>(p);
+}
+
 // ---- the staged transposed body: the weights through a per-thread cp.async ring ---------------
 // The transposed body's arithmetic, word by word (the same products in the same k slots and mma
 // order, the same reduction: the same bits), but each thread's 16 weight bytes and the 4-byte word

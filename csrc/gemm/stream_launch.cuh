@@ -15,6 +15,9 @@
 // `frag_fn`, and `kFragLayout`, the layout of x it reads (stream_common.cuh kXfrag*), same arguments
 // as `fn`; P has the buffer, xfrag and xfrag_from; frag below).
 // `kOneGroupXa`: 1..8 rows may run the 2-group instantiation (the x-as-A body; use_one_group_xa below).
+// `template <typename T, int K, int KS, int NT, int MT> kFour`: the fragment-order kernel of MT groups
+// also has a form held to 4 CTAs an SM (then `four_fn`, same arguments as `fn`; P has `four`;
+// use_four below).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
 // as the MT argument; the others per m16 tile.
@@ -244,7 +247,35 @@ struct StreamLaunch {
       return e;
     P q = p;
     q.x = p.xfrag;
+    if constexpr (Of::template kFour<T, K, KS, NT, G>) {
+      bool four = false;
+      if (cudaError_t e = use_four<T, K, KS, NT, G>(p, p.n / (8 * NT), &four)) return e;
+      if (four) return launch_registered<K, KS, NT, G>(Of::template four_fn<T, K, KS, NT, G>, q, pdl, stream);
+    }
     return launch_registered<K, KS, NT, G>(Of::template frag_fn<T, K, KS, NT, G>, q, pdl, stream);
+  }
+
+  // Of::kFour: the fragment-order kernel's form held to 4 CTAs an SM (nvfp4_stream_tf4_kernel,
+  // nvfp4_stream_kernel.cuh): p.four 1 takes it, 0 never; -1 (auto) on compute capability 9 when its
+  // grid fits in one round of CTAs (its occupancy x SMs >= the grid) and the default form's does not.
+  // On the H200 (132 SMs) that is 16384x5120 and 14336x5120 at 17..24 rows (512 and 448 CTAs: 528 at
+  // 4 an SM, 396 at 3; scripts/ab_skinny.py, 17 / 24 rows: 27.8 / 28.2 -> 25.2 / 25.8 us and 27.1 /
+  // 27.3 -> 23.2 / 22.9; forced elsewhere 4-12% slower, ab_s24_four_ctas.txt); wave_fit then takes 4
+  // an SM (one round). A launch detail that changes no bit. The first call per (kernel, device, grid)
+  // queries; later calls read a cache.
+  template <typename T, int K, int KS, int NT, int MT>
+  static cudaError_t use_four(const P& p, int64_t tiles, bool* out) {
+    *out = p.four > 0;
+    if (p.four >= 0) return cudaSuccess;
+    auto reg = Of::template frag_fn<T, K, KS, NT, MT>;
+    auto four = Of::template four_fn<T, K, KS, NT, MT>;
+    return cc9_rule(reinterpret_cast<const void*>(four), tiles, out, [&](int sms, bool* use) {
+      int occ_r = 0, occ_f = 0;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_r, reg, 32 * KS, 0)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_f, four, 32 * KS, 0)) return e;
+      *use = int64_t(occ_r) * sms < tiles && int64_t(occ_f) * sms >= tiles;
+      return cudaSuccess;
+    });
   }
 
   template <typename T, int K, int KS, int NT, int MT>
