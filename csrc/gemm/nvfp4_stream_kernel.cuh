@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(QWEN38_NVFP4_STREAM_THREADS(KSPLIT, NT, (NX > 
 // ---- 17..24 rows in one round of 4 CTAs an SM ----------------------------------------------------
 // The fragment-order kernel at 3 groups (the transposed body) held to 128 registers, 4 CTAs an SM
 // (the form above: 156 registers, 3): on sm_90a it fits with no spill in bf16 only (fp16 spills 12
-// bytes; at 4 groups either body spills 40-48 bytes, also at 1 step ahead), so it is compiled for
+// bytes; at 4 groups either body spills 36-56 bytes, also at 1 step ahead), so it is compiled for
 // bf16, K 5120, k split 4 and 4 tiles a warp (the tables' choice for the model's weights of 6144 rows
 // and more). The same body, the same bits. The launcher takes it on compute capability 9 where its
 // grid fits in one round of CTAs and the 3-CTA form's does not (stream_launch.cuh use_four). H200
