@@ -103,6 +103,19 @@ def _random_codes_weight(n: int, k: int, g: torch.Generator) -> formats.NVFP4Wei
         torch.tensor([0.01], device="cuda"))
 
 
+def _h200_weights(skinny_variant, ns: tuple, seed: int):
+    """For the launch rules measured on the 132-SM H200: each N of ``ns`` at K = 5120 with the tables'
+    variant (k split 4, 4 tiles a warp) registered, and a weight of random codes (only the bits of two
+    forms are compared); nothing on another GPU."""
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.multi_processor_count) != (9, 132):
+        return
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    for n in ns:
+        skinny_variant("nvfp4_linear", n, 5120, 4, 4)
+        yield n, _random_codes_weight(n, 5120, g)
+
+
 def _call(x, w: formats.NVFP4Weight, bias=None, out_dtype=None):
     return OPS.nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias, out_dtype)
 
@@ -260,14 +273,9 @@ def test_staged_body_writes_the_register_bodies_bits(skinny_variant):
                           f"{xdt} staged: ")
     with q.knobs.override(QWEN38_NVFP4_STAGED="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_STAGED"):
         _call(x[:1], w)
-    props = torch.cuda.get_device_properties(0)
-    if (props.major, props.multi_processor_count) != (9, 132):
-        return
-    g = torch.Generator(device="cuda").manual_seed(34)
     x = qt.randn_nonzero(32, k, device="cuda", seed=35)
-    for n, rows in ((17408, {1: True, 16: True, 32: False}), (16384, {1: False})):
-        skinny_variant("nvfp4_linear", n, k, 4, 4)
-        wb = _random_codes_weight(n, k, g)  # only the bits of the two forms are compared
+    for n, wb in _h200_weights(skinny_variant, (17408, 16384), seed=34):
+        rows = {17408: {1: True, 16: True, 32: False}, 16384: {1: False}}[n]
         with q.knobs.override(QWEN38_NVFP4_XFRAG="0"):  # (which takes 9..32 rows before the staged rule)
             for m, want in rows.items():
                 assert staged(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
@@ -321,14 +329,9 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
         _assert_body_knob(w, x, bias, "QWEN38_NVFP4_ONE_GROUP", "t", "xa", (1, 2, 5, 8), f"{xdt} one group: ")
     with q.knobs.override(QWEN38_NVFP4_ONE_GROUP="2"), pytest.raises(ValueError, match="QWEN38_NVFP4_ONE_GROUP"):
         _call(x[:1], w)
-    props = torch.cuda.get_device_properties(0)
-    if (props.major, props.multi_processor_count) != (9, 132):
-        return
-    g = torch.Generator(device="cuda").manual_seed(44)
     x = qt.randn_nonzero(8, k, device="cuda", seed=45)
-    for n, want in ((34816, [2]), (16384, [1])):
-        skinny_variant("nvfp4_linear", n, k, 4, 4)
-        wb = _random_codes_weight(n, k, g)  # only the bits of the two bodies are compared
+    for n, wb in _h200_weights(skinny_variant, (34816, 16384), seed=44):
+        want = {34816: [2], 16384: [1]}[n]
         for m in (1, 8):
             names = qt.cuda_kernel_names(lambda: _call(x[:m], wb))
             assert _t_kernel_groups(names) == want, f"auto, {n}x{k}, {m}"
@@ -375,14 +378,9 @@ def test_four_cta_form_writes_the_fragment_kernels_bits(skinny_variant):
                                     f"{xdt} graph of the 4-CTA form vs the default form")
     with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="4"), pytest.raises(ValueError, match="QWEN38_NVFP4_FOUR_CTAS"):
         _call(x[:17], w)
-    props = torch.cuda.get_device_properties(0)
-    if (props.major, props.multi_processor_count) != (9, 132):
-        return
-    g = torch.Generator(device="cuda").manual_seed(64)
     x = qt.randn_nonzero(24, k, device="cuda", seed=65)
-    for n, want in ((16384, True), (14336, True), (34816, False), (12288, False)):
-        skinny_variant("nvfp4_linear", n, k, 4, 4)
-        wb = _random_codes_weight(n, k, g)  # only the bits of the two forms are compared
+    for n, wb in _h200_weights(skinny_variant, (16384, 14336, 34816, 12288), seed=64):
+        want = n in (16384, 14336)
         for m in (17, 24):
             assert four(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
         qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_FOUR_CTAS", "0", rows=(17, 24),

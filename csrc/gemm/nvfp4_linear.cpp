@@ -101,15 +101,19 @@ int l2_span() {
   return std::atoi(v);
 }
 
-// QWEN38_NVFP4_STAGED: the register-stream kernel's staged body (weights through a cp.async ring;
-// nvfp4_stream_kernel.cuh): -1 auto (by the grid's waves), 1 where compiled, 0 never.
-int staged_mode() {
-  const char* v = std::getenv("QWEN38_NVFP4_STAGED");
+// A launch knob of auto, 0 or 1: -1 (auto, also unset or empty), 0 or 1; another value is an error
+// naming the knob.
+int auto01_mode(const char* knob) {
+  const char* v = std::getenv(knob);
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
-  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
-                    ": QWEN38_NVFP4_STAGED must be auto, 0 or 1, got '", v, "'");
+  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp, ": ", knob,
+                    " must be auto, 0 or 1, got '", v, "'");
   return *v - '0';
 }
+
+// QWEN38_NVFP4_STAGED: the register-stream kernel's staged body (weights through a cp.async ring;
+// nvfp4_stream_kernel.cuh): -1 auto (by the grid's waves), 1 where compiled, 0 never.
+int staged_mode() { return auto01_mode("QWEN38_NVFP4_STAGED"); }
 
 // QWEN38_NVFP4_ONE_GROUP: the register-stream kernel's body at 1..8 rows (stream_launch.cuh
 // use_one_group_xa): -1 auto (by the grid's rounds), 1 the x-as-A body, 0 the transposed body.
@@ -123,13 +127,7 @@ int one_group_mode() {
 
 // QWEN38_NVFP4_FOUR_CTAS: the fragment-order kernel's 4-CTA form at 17..24 rows (stream_launch.cuh
 // use_four): -1 auto (by the grid's rounds), 1 wherever compiled, 0 never.
-int four_ctas_mode() {
-  const char* v = std::getenv("QWEN38_NVFP4_FOUR_CTAS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return -1;
-  TORCH_CHECK_VALUE(!std::strcmp(v, "0") || !std::strcmp(v, "1"), "qwen38.", kOp,
-                    ": QWEN38_NVFP4_FOUR_CTAS must be auto, 0 or 1, got '", v, "'");
-  return *v - '0';
-}
+int four_ctas_mode() { return auto01_mode("QWEN38_NVFP4_FOUR_CTAS"); }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
