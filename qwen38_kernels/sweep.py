@@ -2,6 +2,7 @@
 
     python -m qwen38_kernels.sweep [--op nvfp4_linear|fp8_block_linear|all] [--out tables] [--quick]
     python -m qwen38_kernels.sweep --analytic sm_121 [--out tables]     # no GPU needed
+    python -m qwen38_kernels.sweep --prefill-only [--op ...] [--out tables] [--quick]
 
 For every weight shape of Qwen3.8-27B (``qwen38_kernels.shapes``) the sweep times the compiled
 variants (k split x 8-row tiles per warp) on the current GPU at 1 and 16 rows (the 1..16-row table)
@@ -13,6 +14,12 @@ counts (and at twice the rows while the strategy still loses) and records per sh
 from which the prefill strategy is faster at every larger count measured (``prefill_rows``: the
 threshold the op's auto choice takes from the table). It writes ``<out>/<arch>/<table>.json`` with
 provenance (device, date, torch, metric) and the times it measured, showing progress as it goes.
+
+``--prefill-only`` re-measures only the prefill crossover (``prefill_rows``, ``prefill_us``) of the
+measured tables already in ``<out>/<arch>``, each shape with its table's variants, and rewrites the
+table after every shape (a stopped run keeps the shapes done); the provenance names the shapes and
+the date. For when the kernels changed since the sweep: the skinny kernel's 32-row slices got faster
+and the crossover moved, while its variants' choice did not.
 
 ``--analytic ARCH`` writes tables for a GPU that is not here (the GB10, sm_121: 48 SMs, 99 KB of
 shared memory per block) from a rule instead of measurements, and says so in ``provenance``. The
@@ -226,6 +233,45 @@ def run_sweep(op: str, out: Path, quick: bool = False) -> None:
         _write(out / arch / "fp8_block.json", _table("fp8_block", arch, op, prov, narrow, d, False))
 
 
+def run_prefill_only(op: str, out: Path, arch: str, quick: bool = False, measure=None) -> None:
+    """Re-measures prefill_rows / prefill_us of every entry of the measured table of ``op`` in
+    ``out/arch`` with the entry's variants (``measure(op, n, k, variant, quick)``: sweep_prefill by
+    default) and rewrites the table after each shape, its provenance's ``prefill`` naming the shapes
+    re-measured and when."""
+    from . import bench
+    measure = sweep_prefill if measure is None else measure
+    name = "nvfp4_skinny" if op == "nvfp4_linear" else "fp8_block"
+    path = out / arch / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"--prefill-only: no table {path} to update (run the full sweep first)")
+    table = json.loads(path.read_text())
+    tables.validate(table, str(path))
+    if table["provenance"].get("analytic"):
+        raise SystemExit(f"--prefill-only: {path} is analytic (no measured crossover to update)")
+    wide = None
+    if op == "nvfp4_linear":
+        wide_path = out / arch / "nvfp4_skinny_wide.json"
+        wide = json.loads(wide_path.read_text())["entries"] if wide_path.is_file() else {}
+    before = table["provenance"].get("prefill", "prefill_rows / prefill_us: the full sweep's")
+    done = []
+    entries = table["entries"]
+    for key in bench.progress(list(entries), desc=f"prefill crossover {op}", total=len(entries)):
+        e = entries[key]
+        n, k = (int(v) for v in key.split(","))
+        ks, ntn = tables.parse_variant(e["variant"])
+        wv = (wide.get(key, {}).get("variant") if wide is not None else e.get("variant_wide")) or e["variant"]
+        r = measure(op, n, k, (ks, ntn, tables.parse_variant(wv)[1]), quick)
+        e["prefill_rows"], e["prefill_us"] = r["prefill_rows"], r["us"]
+        done.append(key)
+        how = f"python -m qwen38_kernels.sweep --prefill-only{' --quick' if quick else ''}"
+        rows = ", ".join(map(str, QUICK_PREFILL_ROWS if quick else PREFILL_ROWS))
+        table["provenance"]["prefill"] = (
+            f"prefill_rows / prefill_us of {'; '.join(done)}: {datetime.date.today().isoformat()}, {how} on "
+            f"the {bench.gpu_name()} (torch {torch.__version__}; rows {rows}, doubled while the prefill "
+            f"strategy loses); before that, and the variants: {before}")
+        _write(path, table)
+
+
 def analytic_variant(n: int, k: int, sms: int) -> tuple[int, int]:
     """(ksplit, nt) for a GPU of ``sms`` SMs: the default k split, and the most tiles per warp that
     still leave >= 8 warps per SM (a 230 GB/s part needs few bytes in flight per SM; more tiles per
@@ -268,6 +314,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="tables", type=Path, help="tables directory (default: ./tables)")
     ap.add_argument("--quick", action="store_true", help="only the default k split (no rejected candidates)")
     ap.add_argument("--analytic", metavar="ARCH", help="write analytic tables for ARCH (sm_121) instead")
+    ap.add_argument("--prefill-only", action="store_true",
+                    help="re-measure only the prefill crossover of the measured tables in --out (their variants kept)")
     a = ap.parse_args(argv)
     if a.analytic:
         run_analytic(a.analytic, a.out)
@@ -276,7 +324,11 @@ def main(argv=None) -> int:
         print("the sweep measures on a CUDA GPU; none is visible (use --analytic for sm_121)", file=sys.stderr)
         return 2
     for op in (["nvfp4_linear", "fp8_block_linear"] if a.op == "all" else [a.op]):
-        run_sweep(op, a.out, a.quick)
+        if a.prefill_only:
+            major, minor = torch.cuda.get_device_capability()
+            run_prefill_only(op, a.out, f"sm_{major}{minor}", a.quick)
+        else:
+            run_sweep(op, a.out, a.quick)
     return 0
 
 

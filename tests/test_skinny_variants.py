@@ -133,6 +133,65 @@ def test_analytic_sm121_tables(tmp_path):
             assert ks == _C.skinny_default_variant(n, k)[0]  # same sums as every other table
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_prefill_only_updates_the_crossover_alone(op, tmp_path):
+    """sweep --prefill-only: every entry of the measured table is re-measured with its own variants
+    (narrow ones from the entry, the wide tile count from the wide table or variant_wide), only
+    prefill_rows / prefill_us change, the provenance names the shapes and keeps what came before, and
+    the table is rewritten after each shape: a run stopped midway keeps the shapes done. An analytic
+    or missing table is refused."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "tables" / "sm_90"
+    (tmp_path / "sm_90").mkdir()
+    for f in src.glob("*.json"):
+        shutil.copy(f, tmp_path / "sm_90" / f.name)
+    name = "nvfp4_skinny" if op == "nvfp4_linear" else "fp8_block"
+    path = tmp_path / "sm_90" / f"{name}.json"
+    old = json.loads(path.read_text())
+    wide = json.loads((src / "nvfp4_skinny_wide.json").read_text())["entries"]
+    calls = []
+
+    def fake(op_, n, k, variant, quick):
+        calls.append((op_, n, k, variant, quick))
+        if len(calls) == 3 and not quick:
+            raise KeyboardInterrupt  # stopped midway
+        return {"prefill_rows": 96 + len(calls), "us": {64: {"chunked": 1.0 * n, "x": 2.0}}}
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_prefill_only(op, tmp_path, "sm_90", False, fake)
+    mid = json.loads(path.read_text())
+    keys = list(old["entries"])
+    assert [mid["entries"][k]["prefill_rows"] for k in keys[:2]] == [97, 98]
+    assert all(mid["entries"][k] == old["entries"][k] for k in keys[2:])
+    assert keys[0] in mid["provenance"]["prefill"] and keys[2] not in mid["provenance"]["prefill"]
+    calls.clear()
+    sweep.run_prefill_only(op, tmp_path, "sm_90", True, fake)
+    new = json.loads(path.read_text())
+    tables.validate(new)
+    assert len(calls) == len(keys) and all(c[4] for c in calls)
+    for (o, n, k, variant, _), key in zip(calls, keys):
+        e_old, e_new = old["entries"][key], new["entries"][key]
+        ks, ntn = tables.parse_variant(e_old["variant"])
+        wv = wide[key]["variant"] if op == "nvfp4_linear" else e_old["variant_wide"]
+        assert (o, f"{n},{k}", variant) == (op, key, (ks, ntn, tables.parse_variant(wv)[1]))
+        assert {f: v for f, v in e_new.items() if not f.startswith("prefill")} == \
+            {f: v for f, v in e_old.items() if not f.startswith("prefill")}
+        assert e_new["prefill_us"] == {"64": {"chunked": float(n), "x": 2.0}}
+    assert [new["entries"][k]["prefill_rows"] for k in keys] == list(range(97, 97 + len(keys)))
+    assert {f: v for f, v in new["provenance"].items() if f != "prefill"} == \
+        {f: v for f, v in old["provenance"].items() if f != "prefill"}
+    prov = new["provenance"]["prefill"]
+    assert "--prefill-only --quick" in prov and all(k in prov for k in keys)
+    assert old["provenance"].get("prefill", "the full sweep") in prov or "the full sweep" in prov
+    with pytest.raises(SystemExit, match="no table"):
+        sweep.run_prefill_only(op, tmp_path, "sm_80", True, fake)
+    sweep.run_analytic("sm_121", tmp_path)
+    with pytest.raises(SystemExit, match="analytic"):
+        sweep.run_prefill_only(op, tmp_path, "sm_121", True, fake)
+
+
 def test_shipped_tables_are_valid_and_complete():
     for (arch, op), _ in tables.find_tables().items():
         t = tables.load(arch, op)
