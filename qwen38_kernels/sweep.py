@@ -248,10 +248,10 @@ def run_prefill_only(op: str, out: Path, arch: str, quick: bool = False, measure
     tables.validate(table, str(path))
     if table["provenance"].get("analytic"):
         raise SystemExit(f"--prefill-only: {path} is analytic (no measured crossover to update)")
-    wide = None
-    if op == "nvfp4_linear":
-        wide_path = out / arch / "nvfp4_skinny_wide.json"
-        wide = json.loads(wide_path.read_text())["entries"] if wide_path.is_file() else {}
+    wide = {}  # NVFP4's 17..32-row table (FP8: variant_wide in the same entry)
+    wide_path = out / arch / "nvfp4_skinny_wide.json"
+    if op == "nvfp4_linear" and wide_path.is_file():
+        wide = json.loads(wide_path.read_text())["entries"]
     before = table["provenance"].get("prefill", "prefill_rows / prefill_us: the full sweep's")
     done = []
     entries = table["entries"]
@@ -259,8 +259,8 @@ def run_prefill_only(op: str, out: Path, arch: str, quick: bool = False, measure
         e = entries[key]
         n, k = (int(v) for v in key.split(","))
         ks, ntn = tables.parse_variant(e["variant"])
-        wv = (wide.get(key, {}).get("variant") if wide is not None else e.get("variant_wide")) or e["variant"]
-        r = measure(op, n, k, (ks, ntn, tables.parse_variant(wv)[1]), quick)
+        ntw = tables.wide_variant(e, wide.get(key), op == "nvfp4_linear", f"{path} {key}")[1]  # (as the op loads it)
+        r = measure(op, n, k, (ks, ntn, ntw), quick)
         e["prefill_rows"], e["prefill_us"] = r["prefill_rows"], r["us"]
         done.append(key)
         how = f"python -m qwen38_kernels.sweep --prefill-only{' --quick' if quick else ''}"
@@ -312,7 +312,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qwen38_kernels.sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--op", default="all", choices=["nvfp4_linear", "fp8_block_linear", "all"])
     ap.add_argument("--out", default="tables", type=Path, help="tables directory (default: ./tables)")
-    ap.add_argument("--quick", action="store_true", help="only the default k split (no rejected candidates)")
+    ap.add_argument("--quick", action="store_true",
+                    help="only the default k split (no rejected candidates); the prefill crossover at rows 64, 65, 128")
     ap.add_argument("--analytic", metavar="ARCH", help="write analytic tables for ARCH (sm_121) instead")
     ap.add_argument("--prefill-only", action="store_true",
                     help="re-measure only the prefill crossover of the measured tables in --out (their variants kept)")

@@ -143,6 +143,18 @@ def parse_prefill_rows(entry: dict, where: str) -> int:
     return rows
 
 
+def wide_variant(entry: dict, wide_entry: dict | None, separate: bool, where: str = "table") -> tuple[int, int]:
+    """(ksplit, nt_wide) for 17..32 rows of a 1..16-row table entry: with one table (``separate``
+    False: FP8) its variant_wide, else its variant; with a separate 17..32-row table (NVFP4) that
+    table's entry, else the narrow k split and max(1, min(2, nt_narrow // 2))."""
+    if not separate:
+        return parse_variant(entry.get("variant_wide", entry["variant"]), where)
+    if wide_entry is not None:
+        return parse_variant(wide_entry["variant"], where)
+    ks, ntn = parse_variant(entry["variant"], where)
+    return ks, max(1, min(2, ntn // 2))
+
+
 def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int, int, int]]:
     """{(N, K): (ksplit, nt_narrow, nt_wide, prefill_rows)} from the tables of ``op`` for ``arch``
     (empty when none; prefill_rows 0 where the entry has none)."""
@@ -155,12 +167,9 @@ def skinny_variants(arch: str, op: str) -> dict[tuple[int, int], tuple[int, int,
     for key, entry in narrow["entries"].items():
         n, k = (int(v) for v in key.split(","))
         ks, ntn = parse_variant(entry["variant"], f"{arch}/{narrow_name}.json {key}")
-        if wide_name is None:
-            wks, ntw = parse_variant(entry.get("variant_wide", entry["variant"]), f"{arch}/{narrow_name}.json {key}")
-        elif wide is not None and key in wide["entries"]:
-            wks, ntw = parse_variant(wide["entries"][key]["variant"], f"{arch}/{wide_name}.json {key}")
-        else:
-            wks, ntw = ks, max(1, min(2, ntn // 2))
+        wide_entry = wide["entries"].get(key) if wide is not None else None
+        wks, ntw = wide_variant(entry, wide_entry, wide_name is not None,
+                                f"{arch}/{wide_name or narrow_name}.json {key}")
         if wks != ks:
             raise TableError(f"{arch}: {key}: the 1..16-row and 17..32-row variants split k differently "
                              f"(ks{ks} vs ks{wks}); rows would stop being bit-identical to their 1-row call")

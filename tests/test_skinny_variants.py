@@ -165,7 +165,7 @@ def test_prefill_only_updates_the_crossover_alone(op, tmp_path):
     keys = list(old["entries"])
     assert [mid["entries"][k]["prefill_rows"] for k in keys[:2]] == [97, 98]
     assert all(mid["entries"][k] == old["entries"][k] for k in keys[2:])
-    assert keys[0] in mid["provenance"]["prefill"] and keys[2] not in mid["provenance"]["prefill"]
+    assert mid["provenance"]["prefill"].startswith(f"prefill_rows / prefill_us of {keys[0]}; {keys[1]}: ")
     calls.clear()
     sweep.run_prefill_only(op, tmp_path, "sm_90", True, fake)
     new = json.loads(path.read_text())
@@ -183,7 +183,7 @@ def test_prefill_only_updates_the_crossover_alone(op, tmp_path):
     assert {f: v for f, v in new["provenance"].items() if f != "prefill"} == \
         {f: v for f, v in old["provenance"].items() if f != "prefill"}
     prov = new["provenance"]["prefill"]
-    assert "--prefill-only --quick" in prov and all(k in prov for k in keys)
+    assert prov.startswith(f"prefill_rows / prefill_us of {'; '.join(keys)}: ") and "--prefill-only --quick" in prov
     assert old["provenance"].get("prefill", "the full sweep") in prov or "the full sweep" in prov
     with pytest.raises(SystemExit, match="no table"):
         sweep.run_prefill_only(op, tmp_path, "sm_80", True, fake)
