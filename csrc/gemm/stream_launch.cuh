@@ -184,15 +184,19 @@ struct StreamLaunch {
   static cudaError_t use_staged(const P& p, int64_t tiles, bool* out) {
     *out = p.staged > 0;
     if (p.staged >= 0 || MT > 2) return cudaSuccess;
-    auto reg = Of::template fn<T, K, KS, NT, MT>;
-    auto stg = Of::template staged_fn<T, K, KS, NT, MT>;
-    return cc9_rule(reinterpret_cast<const void*>(reg), tiles, out, [&](int sms, bool* use) {
-      int occ_r = 0, occ_s = 0;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_r, reg, 32 * KS, 0)) return e;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_s, stg, 32 * KS,
-                                                                        Of::template kStagedBytes<KS, NT>))
-        return e;
-      *use = int64_t(occ_r) * sms < tiles && int64_t(occ_s) * sms >= tiles;
+    return one_round_only(Of::template fn<T, K, KS, NT, MT>, 0, Of::template staged_fn<T, K, KS, NT, MT>,
+                          Of::template kStagedBytes<KS, NT>, 32 * KS, tiles, out);
+  }
+  // cc9_rule's test of the staged and the 4-CTA forms: the grid of `tiles` CTAs fits in one round of
+  // kernel b (its occupancy x SMs >= the grid) and not of kernel a (the default form)
+  template <typename FA, typename FB>
+  static cudaError_t one_round_only(FA a, size_t a_smem, FB b, size_t b_smem, int threads, int64_t tiles,
+                                    bool* out) {
+    return cc9_rule(reinterpret_cast<const void*>(b), tiles, out, [&](int sms, bool* use) {
+      int occ_a = 0, occ_b = 0;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_a, a, threads, a_smem)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_b, b, threads, b_smem)) return e;
+      *use = int64_t(occ_a) * sms < tiles && int64_t(occ_b) * sms >= tiles;
       return cudaSuccess;
     });
   }
@@ -267,15 +271,8 @@ struct StreamLaunch {
   static cudaError_t use_four(const P& p, int64_t tiles, bool* out) {
     *out = p.four > 0;
     if (p.four >= 0) return cudaSuccess;
-    auto reg = Of::template frag_fn<T, K, KS, NT, MT>;
-    auto four = Of::template four_fn<T, K, KS, NT, MT>;
-    return cc9_rule(reinterpret_cast<const void*>(four), tiles, out, [&](int sms, bool* use) {
-      int occ_r = 0, occ_f = 0;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_r, reg, 32 * KS, 0)) return e;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_f, four, 32 * KS, 0)) return e;
-      *use = int64_t(occ_r) * sms < tiles && int64_t(occ_f) * sms >= tiles;
-      return cudaSuccess;
-    });
+    return one_round_only(Of::template frag_fn<T, K, KS, NT, MT>, 0, Of::template four_fn<T, K, KS, NT, MT>, 0,
+                          32 * KS, tiles, out);
   }
 
   template <typename T, int K, int KS, int NT, int MT>
