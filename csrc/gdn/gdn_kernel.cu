@@ -36,7 +36,7 @@ int auto_splits(K kernel, size_t smem, const Params& p) {
       resident.emplace(key, ctas);
     }
   }
-  const long per_split = long(kColBlocks) * kVHeads * p.batch;
+  const long per_split = long(col_blocks(Mode::kTree)) * kVHeads * p.batch;  // (the split is the tree's)
   int s = int(ctas / per_split);
   s = s < kMaxSplits ? s : kMaxSplits;
   s = s < p.tokens / 8 ? s : p.tokens / 8;
@@ -59,7 +59,7 @@ cudaError_t launch_typed(const Params& p, bool pdl, cudaStream_t stream) {
   if (MODE == Mode::kTree && !CIV) {
     q.splits = p.splits > 0 ? (p.splits < kMaxSplits ? p.splits : kMaxSplits) : auto_splits(kernel, smem, p);
   }
-  const dim3 grid(kColBlocks * q.splits, kVHeads, unsigned(p.batch));
+  const dim3 grid(col_blocks(MODE) * q.splits, kVHeads, unsigned(p.batch));
   size_t launch_smem = smem;  // QWEN38_SPREAD (launch.cuh)
   if (const cudaError_t err = spread_smem(kernel, kThreads, smem, int64_t(grid.x) * grid.y * grid.z, &launch_smem))
     return err;

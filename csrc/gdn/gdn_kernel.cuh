@@ -14,21 +14,23 @@
 // free); g fp32 [B, T, 48]; beta [B, T, 48] act dtype or fp32; state pool fp32 [S, 48, 128 (K = i),
 // 128 (V = j)] contiguous; output [B, T, 48, 128] contiguous in the act dtype.
 //
-// Work split: one CTA of 128 threads (4 warps) per (column block of 32 V columns, v head,
-// sequence). Columns of S evolve independently (u, delta and o of column j only read column j and
-// the shared kn, qn), so splitting V over 4 CTAs changes no bit and gives 192 CTAs at B = 1. Inside
-// a CTA:
+// Work split: one CTA of 128 threads (4 warps) per (column block, v head, sequence); a block is 32
+// V columns (step, tree, commit) or 64 (chain verify: two columns a thread, cols_per_thread).
+// Columns of S evolve independently (u, delta and o of column j only read column j and the shared
+// kn, qn), so splitting V over CTAs changes no bit: 192 CTAs at B = 1 (the chain: 96). Inside a
+// CTA, thread slot c (0..31) holds column(s) kC * c (.. + kC - 1) of the block:
 //
-//        columns  cb*32 + 0 | 1 | ... | 31                   thread = (column c, segment s)
+//        slots    0 | 1 | ... | 31                           thread = (slot c, segment s)
 //   rows   0..31   (c 0, s 0) (c 1, s 0) ...                 lane   = 4 * (c % 8) + s
 //         32..63   (c 0, s 1) ...                            warp   = c / 8
 //         64..95   (c 0, s 2) ...
 //         96..127  (c 0, s 3) ...
 //
-// Each thread holds the 32 fp32 values of its (segment, column) in registers (float S[32]) for the
-// whole launch: the tile is loaded once and, for the step and the commit, stored once. (One column
-// per thread: the per-token chain is about half the instructions per thread of two columns, and a
-// warp's issue slots are what a token costs at small batch.)
+// Each thread holds the 32 fp32 values of its (segment, column) in registers (float S[kC][32]) for
+// the whole launch: the tile is loaded once and, for the step and the commit, stored once. (One
+// column a thread halves the instructions a thread runs per token; two columns halve the shared-
+// memory reads per column - each thread reads a token's kn and qn segments, 256 bytes, whatever
+// its column count - which is what the chain's token costs at B = 1: see cols_per_thread.)
 // A column's segment partial is the thread's sequential 32-term sum, exactly the contract's
 // segment order; the 4 partials live in 4 adjacent lanes and are combined by three xor shuffles
 // issued together (the verifies and the commit; the step: two xor steps, combine_segments): lane s
@@ -95,8 +97,8 @@ namespace qwen38::gdn {
 
 constexpr int kThreads = 128;                 // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 32;                     // V columns per CTA
-constexpr int kColBlocks = kHeadV / kCols;    // 4 CTAs per head
+constexpr int kCols = 32;                     // thread columns per CTA (lcol below); times
+                                              // cols_per_thread V columns
 constexpr int kSegs = 4;                      // K_SPLIT of the contract
 constexpr int kSegLen = kHeadK / kSegs;       // 32 rows per segment
 constexpr int kSegPad = kSegLen + 4;          // a staged segment's smem stride: segments start 16-byte
@@ -110,8 +112,20 @@ constexpr float kSoftplusThreshold = 20.f;    // torch softplus threshold (overf
 static_assert(kThreads == kSegs * kCols, "one thread per (segment, column)");
 static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping below assumes 32-row segments, 4 warps");
 
+// V columns a thread holds: two adjacent ones in the chain verify (with or without a folded commit),
+// one elsewhere. A thread reads each token's kn and qn (its segment: 2 x 32 floats) from shared
+// memory, and at B = 1 that traffic is what the chain's token costs on the busiest SMs (two CTAs of
+// 4 warps: ~630 shared-memory wavefronts a token in ~740 cycles, ncu_gdn_counters_s25.txt); with
+// two columns each value read serves two columns (H200, bench_gdn --quick, same call: chain 4 / 16
+// 5.08 / 9.50 -> 4.82 / 8.70 us; ~160 registers, 96 CTAs of 4 warps at B = 1, at most one an SM).
+// The tree keeps one (its second register copy R of the state would not fit twice), the step and
+// the commit too (a token or a few per launch). Columns are independent: no bit changes.
+__host__ __device__ constexpr int cols_per_thread(Mode m) { return m == Mode::kChain ? 2 : 1; }
+__host__ __device__ constexpr int block_cols(Mode m) { return kCols * cols_per_thread(m); }  // V columns a CTA
+__host__ __device__ constexpr int col_blocks(Mode m) { return kHeadV / block_cols(m); }      // CTAs per head
+
 // ---- shared memory layout ----------------------------------------------------------------------
-// [x: N x kinds x kVecFloats][vd: N x kCols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T]
+// [x: N x kinds x kVecFloats][vd: N x block_cols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T]
 // [path: kWarps x kPathLen][info: 4] (floats, then ints). No copy of the state tile: a tree rebuild
 // from the committed state reads it from the pool again. (GB10 holds ~100 KB of shared memory an
 // SM: with a 16 KB copy the 32-node tree CTA took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in
@@ -119,7 +133,7 @@ static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping belo
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
-  return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + kCols + 2);
+  return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + block_cols(m) + 2);
 }
 __host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(4) * tokens + kWarps * kPathLen + 4; }
 __host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
@@ -359,16 +373,23 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // launch (32 groups; chain 16: 32 vectors; tree 32: 64; commit 32: 32).
   constexpr int kNormV = MODE == Mode::kTree ? 2 : 1;
   constexpr bool kOneLevel = MODE != Mode::kStep;  // combine_segments' form (the same bits)
+  constexpr int kC = cols_per_thread(MODE);   // V columns a thread holds (adjacent)
+  constexpr int kBC = block_cols(MODE);       // V columns a CTA holds
+  constexpr int kCB = col_blocks(MODE);       // CTAs per head (per run of a split tree)
+  constexpr int kVC = kBC / 8;                // 8-element v chunks a token
+  constexpr int kVShift = kC == 2 ? 3 : 2;    // log2(kVC)
+  static_assert(kVC == 1 << kVShift, "v chunks a token");
+  static_assert(kC == 1 || MODE != Mode::kTree, "the tree holds one column a thread");
 
-  // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kColBlocks + cb;
+  // (kTree) the split: this CTA verifies run `part` of `splits` (blockIdx.x = part * kCB + cb;
   // p.splits as the launcher resolved it, 1..kMaxSplits)
   const int splits = MODE == Mode::kTree && !CIV ? p.splits : 1;
-  const int part = MODE == Mode::kTree && !CIV ? int(blockIdx.x) / kColBlocks : 0;
-  const int cb = int(blockIdx.x) % kColBlocks, h = blockIdx.y, b = blockIdx.z;
+  const int part = MODE == Mode::kTree && !CIV ? int(blockIdx.x) / kCB : 0;
+  const int cb = int(blockIdx.x) % kCB, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = lane & 3;
-  const int lcol = warp * 8 + (lane >> 2);   // this thread's column within the block, 0..31
-  const int col = cb * kCols + lcol;         // and within the head
+  const int lcol = warp * 8 + (lane >> 2);   // this thread's column slot within the block, 0..31
+  const int col = cb * kBC + kC * lcol;      // its first V column within the head (kC of them)
   const int hq = h / (kVHeads / kQKHeads);   // q/k head of v head h
   const int T_ = MODE == Mode::kStep ? 1 : p.tokens;
   const int Tc = CIV ? p.c_tokens : 0;       // the pending commit's tokens
@@ -377,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 
   float* xs = reinterpret_cast<float*>(smem_raw);
   float* vd = xs + size_t(N) * kKinds * kVecFloats;
-  float* dec = vd + size_t(N) * kCols;
+  float* dec = vd + size_t(N) * kBC;
   float* bet = dec + N;
   int* par = reinterpret_cast<int*>(bet + N);
   int* depth = par + Tm;
@@ -445,8 +466,8 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 
   // ---- staging: k (and q) as fp32, v of our columns, decay and beta of nt tokens ----
   // k/q: nt * kinds vectors of 16 chunks of 8 elements (chunk w: vector w / 16, whose token is
-  // vector / kinds; chunk c = w % 16 -> segment c / 4, offset 8 (c % 4)); v[b, t, h, cb*32 .. +31]:
-  // 4 chunks per token; decay and beta: thread j for token j (nt <= 64 <= kThreads). Thread tid
+  // vector / kinds; chunk c = w % 16 -> segment c / 4, offset 8 (c % 4)); v[b, t, h, the block's columns]:
+  // kVC chunks per token (4 or 8); decay and beta: thread j for token j (nt <= 64 <= kThreads). Thread tid
   // takes chunks tid, tid + 128, ... in rounds of kXB k/q chunks and kVB v chunks (the gates in
   // round 0). A round issues all of its loads into registers (stage_issue), then converts and
   // stores them (stage_store): one memory latency per round (a load followed by its stores, in a
@@ -473,10 +494,10 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   };
   auto stage_issue = [&](const TokenSrc& src, int nt, bool with_q, bool use_order, bool raw, int rd) {
     Loads L;
-    // k[b, t, hq, :] = kr + t * k_st (q alike), v[b, t, h, cb*32 ..] = vr + t * v_st
+    // k[b, t, hq, :] = kr + t * k_st (q alike), v[b, t, h, cb*kBC ..] = vr + t * v_st
     const T* kr = static_cast<const T*>(src.k) + int64_t(b) * src.k_sb + int64_t(hq) * src.k_sh;
     const T* qr = with_q ? static_cast<const T*>(src.q) + int64_t(b) * src.q_sb + int64_t(hq) * src.q_sh : kr;
-    const T* vr = static_cast<const T*>(src.v) + int64_t(b) * src.v_sb + int64_t(h) * src.v_sh + cb * kCols;
+    const T* vr = static_cast<const T*>(src.v) + int64_t(b) * src.v_sb + int64_t(h) * src.v_sh + cb * kBC;
     const int chunks = nt * (with_q ? 2 : 1) * 16;
 #pragma unroll
     for (int m = 0; m < kXB; ++m) {
@@ -490,8 +511,8 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 #pragma unroll
     for (int m = 0; m < kVB; ++m) {
       int w = tid + kThreads * (kVB * rd + m);
-      w = w < nt * 4 ? w : nt * 4 - 1;
-      L.v[m] = load8_bits<T>(vr + int64_t(staged_token(use_order, w >> 2)) * src.v_st + 8 * (w & 3));
+      w = w < nt * kVC ? w : nt * kVC - 1;
+      L.v[m] = load8_bits<T>(vr + int64_t(staged_token(use_order, w >> kVShift)) * src.v_st + 8 * (w & (kVC - 1)));
     }
     if (rd == 0) {
       const int t = staged_token(use_order, tid < nt ? tid : nt - 1);
@@ -527,12 +548,12 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 #pragma unroll
     for (int m = 0; m < kVB; ++m) {
       const int w = tid + kThreads * (kVB * rd + m);
-      if (w < nt * 4) {
-        const int j = w >> 2, c = w & 3;
+      if (w < nt * kVC) {
+        const int j = w >> kVShift, c = w & (kVC - 1);
         float e[8];
         floats8_of<T>(L.v[m], e);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+        for (int i = 0; i < 8; ++i) vd[j * kBC + 8 * c + i] = e[i];
       }
     }
     if (rd == 0 && tid < nt) store_gates(src, L, raw);
@@ -552,14 +573,14 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       load8<T>(s + 8 * c, src.qk16, e);
       sts_floats(xs + (size_t(j) * kKinds + kind) * kVecFloats + (c >> 2) * kSegPad + 8 * (c & 3), e);
     }
-    for (int w = tid; w < nt * 4; w += kThreads) {
-      const int j = w >> 2, c = w & 3;
+    for (int w = tid; w < nt * kVC; w += kThreads) {
+      const int j = w >> kVShift, c = w & (kVC - 1);
       const int t = staged_token(use_order, j);
       float e[8];
-      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kCols + 8 * c,
+      load8<T>(vg + int64_t(b) * src.v_sb + int64_t(t) * src.v_st + int64_t(h) * src.v_sh + cb * kBC + 8 * c,
                src.v16, e);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) vd[j * kCols + 8 * c + i] = e[i];
+      for (int i = 0; i < 8; ++i) vd[j * kBC + 8 * c + i] = e[i];
     }
     if (tid < nt) {
       Loads L;
@@ -575,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       return;
     }
     const int rx = (nt * (with_q ? 2 : 1) * 16 + kXB * kThreads - 1) / (kXB * kThreads);
-    const int rv = (nt * 4 + kVB * kThreads - 1) / (kVB * kThreads);
+    const int rv = (nt * kVC + kVB * kThreads - 1) / (kVB * kThreads);
     for (int rd = first; rd < (rx > rv ? rx : rv); ++rd) {
       const Loads L = stage_issue(src, nt, with_q, use_order, raw, rd);
       stage_store(src, L, nt, with_q, raw, rd);
@@ -724,7 +745,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   }
 
   // ---- the state tile: every load issued now, consumed after the token prologue ----
-  float S[kSegLen];
+  float S[kC][kSegLen];  // S[c]: column col + c
   const float* tile = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) +
                       int64_t(seg * kSegLen) * kHeadV + col;
   // Row r of the tile: a verify never writes the pool (read-only path); the others, and a verify
@@ -732,14 +753,24 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // stores). Read again by a tree rebuild from the root: the tile then holds the committed state
   // (as loaded, or as this thread just stored it; only this CTA writes these elements: a repeated
   // slot's later sequences do not run).
+  // (Two columns: one 8-byte load a row.)
   auto tile_row = [&](int r) { return kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV]; };
   if (live && (n > 0 || nc > 0)) {
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) S[r] = tile_row(r);
+    for (int r = 0; r < kSegLen; ++r) {
+      if constexpr (kC == 2) {
+        const float2* t2 = reinterpret_cast<const float2*>(tile + r * kHeadV);
+        const float2 w = kVerify && !CIV ? __ldg(t2) : *t2;
+        S[0][r] = w.x;
+        S[1][r] = w.y;
+      } else {
+        S[0][r] = tile_row(r);
+      }
+    }
   }
 
   T* out = static_cast<T*>(p.out);
-  auto out_at = [&](int i) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col; };
+  auto out_at = [&](int i, int c) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col + c; };
 
   // ---- the tokens ----
   // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
@@ -764,9 +795,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
     int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
-    float R[kSegLen];
-    bool have_u = false;  // u: the segment partial of u for node i, already summed
-    float u = 0.f;
+    float R[kSegLen];     // (kTree: one column a thread)
+    bool have_u = false;  // u: the segment partials of u for node i, already summed
+    float u[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) u[c] = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     for (int j = 0; j < nt; ++j) {
@@ -778,17 +811,17 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[r] = kept ? R[r] : tile_row(r);
+          for (int r = 0; r < kSegLen; ++r) S[0][r] = kept ? R[r] : tile_row(r);
           const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
             const int an = d < dp ? wpath[d + 1] : 0;
             const float da = dec[a];
-            const float dl = vd[a * kCols + lcol];
+            const float dl = vd[a * kBC + lcol];
             float ka[kSegLen];
             lds_floats(xs + size_t(a) * kKinds * kVecFloats + seg * kSegPad, ka);
 #pragma unroll
-            for (int r = 0; r < kSegLen; ++r) S[r] = fma_rn(ka[r], dl, mul(S[r], da));
+            for (int r = 0; r < kSegLen; ++r) S[0][r] = fma_rn(ka[r], dl, mul(S[0][r], da));
             a = an;
           }
           cur = pa;
@@ -805,23 +838,29 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
         lds_floats(kn, kr);
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) {
-          const float a = mul(S[r], di);
-          u = r == 0 ? mul(a, kr[0]) : fma_rn(a, kr[r], u);
-          if (kDecayed) S[r] = a;
-        }
+        for (int r = 0; r < kSegLen; ++r)
+#pragma unroll
+          for (int c = 0; c < kC; ++c) {
+            const float a = mul(S[c][r], di);
+            u[c] = r == 0 ? mul(a, kr[0]) : fma_rn(a, kr[r], u[c]);
+            if (kDecayed) S[c][r] = a;
+          }
       }
-      u = combine_segments<kOneLevel>(u);
-      const float vv = vd[i * kCols + lcol];
-      const float dl = mul(sub(vv, u), bi);
+      float dl[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) u[c] = combine_segments<kOneLevel>(u[c]);
+#pragma unroll
+      for (int c = 0; c < kC; ++c) dl[c] = mul(sub(vd[i * kBC + kC * lcol + c], u[c]), bi);
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
-        if (seg == 0 && keep) vd[i * kCols + lcol] = dl;
+        if (seg == 0 && keep) vd[i * kBC + lcol] = dl[0];
         if (lane == 0) wpath[depth[i]] = i;
         __syncwarp();
       }
       const float* qn = kn + kVecFloats;  // (kOut only)
-      float o = 0.f, un = 0.f;
+      float o[kC], un[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) o[c] = un[c] = 0.f;
       // The pass over the rows in the shape this node needs (a uniform branch): the next node's u
       // sum from S' (a child), from S (a leaf's sibling) or none; S' kept or not. Each shape is
       // straight-line code, so the shared-memory reads of all rows can be issued ahead of the sums
@@ -837,17 +876,20 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         if (kNext) lds_floats(xs + size_t(nx) * kKinds * kVecFloats + seg * kSegPad, kv);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r) {
-          const float a = kDecayed ? S[r] : mul(S[r], di);  // S * d_i
-          const float sn = fma_rn(kr[r], dl, a);               // S'
-          if (kOut) o = r == 0 ? mul(sn, qv[0]) : fma_rn(sn, qv[r], o);
-          if (kNext) {
-            const float t = mul(kNext == 1 ? sn : S[r], dn);  // S' * d_next, or (a sibling) S * d_next
-            kr[r] = kv[r];
-            un = r == 0 ? mul(t, kr[0]) : fma_rn(t, kr[r], un);
-            if (kNext == 1) S[r] = kDecayed ? t : sn;
-          } else if (kKeep) {
-            S[r] = sn;
+#pragma unroll
+          for (int c = 0; c < kC; ++c) {
+            const float a = kDecayed ? S[c][r] : mul(S[c][r], di);  // S * d_i
+            const float sn = fma_rn(kr[r], dl[c], a);                // S'
+            if (kOut) o[c] = r == 0 ? mul(sn, qv[0]) : fma_rn(sn, qv[r], o[c]);
+            if (kNext) {
+              const float t = mul(kNext == 1 ? sn : S[c][r], dn);  // S' * d_next, or (a sibling) S * d_next
+              un[c] = r == 0 ? mul(t, kv[0]) : fma_rn(t, kv[r], un[c]);
+              if (kNext == 1) S[c][r] = kDecayed ? t : sn;
+            } else if (kKeep) {
+              S[c][r] = sn;
+            }
           }
+          if (kNext) kr[r] = kv[r];
         }
       };
       if (next >= 0) {
@@ -859,24 +901,35 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         pass(IntTag<0>{}, BoolTag<true>{});  // the last token: S' kept (stored by a step, commit)
       }
       if (kOut) {
-        o = combine_segments<kOneLevel>(o);
-        if (seg == 0 && (PM != Mode::kTree || j >= nanc)) *out_at(i) = from_f<T>(o);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) o[c] = combine_segments<kOneLevel>(o[c]);
+        if (seg == 0 && (PM != Mode::kTree || j >= nanc)) {
+#pragma unroll
+          for (int c = 0; c < kC; ++c) *out_at(i, c) = from_f<T>(o[c]);
+        }
       }
       if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) R[r] = S[r];
+        for (int r = 0; r < kSegLen; ++r) R[r] = S[0][r];
         saved = i;
       }
       if (keep) cur = i;
       have_u = next >= 0 || sib >= 0;
-      u = un;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) u[c] = un[c];
     }
   };
 
   auto store_tile = [&]() {
     float* dst = p.pool + (slot * kVHeads + h) * int64_t(kHeadK * kHeadV) + int64_t(seg * kSegLen) * kHeadV + col;
 #pragma unroll
-    for (int r = 0; r < kSegLen; ++r) dst[r * kHeadV] = S[r];
+    for (int r = 0; r < kSegLen; ++r) {
+      if constexpr (kC == 2) {
+        *reinterpret_cast<float2*>(dst + r * kHeadV) = make_float2(S[0][r], S[1][r]);
+      } else {
+        dst[r * kHeadV] = S[0][r];
+      }
+    }
   };
 
   // ---- the pending commit (CIV): replay, store, then verify from the committed tile ----
@@ -913,7 +966,9 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // ---- nothing to run: zero rows (verify and step), no further pool access ----
   if (!live || n == 0) {
     if (MODE != Mode::kCommit && seg == 0 && part == 0)
-      for (int i = 0; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
+      for (int i = 0; i < T_; ++i)
+#pragma unroll
+        for (int c = 0; c < kC; ++c) *out_at(i, c) = from_f<T>(0.f);
     return;
   }
 
@@ -966,7 +1021,9 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
   if (kVerify && seg == 0 && part == 0)  // rows at and after the length (or after an invalid tree node)
-    for (int i = n; i < T_; ++i) *out_at(i) = from_f<T>(0.f);
+    for (int i = n; i < T_; ++i)
+#pragma unroll
+      for (int c = 0; c < kC; ++c) *out_at(i, c) = from_f<T>(0.f);
 }
 
 }  // namespace qwen38::gdn
