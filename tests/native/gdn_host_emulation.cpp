@@ -187,10 +187,10 @@ DType dtype_of(const std::string& s) {
 
 template <Mode MODE, typename T, bool RAW, bool CIV = false>
 void run_grid(const Params& p, const std::vector<int>& heads) {
+  const unsigned ctas = unsigned(col_blocks(MODE) * (MODE == Mode::kTree && !CIV && p.splits > 1 ? p.splits : 1));
   for (unsigned b = 0; b < unsigned(p.batch); ++b)
     for (int h : heads)
-      for (unsigned cb = 0; cb < unsigned(col_blocks(MODE) * (MODE == Mode::kTree && !CIV && p.splits > 1 ? p.splits : 1));
-           ++cb)
+      for (unsigned cb = 0; cb < ctas; ++cb)
         emu::run_cta(emu::Dim3{cb, unsigned(h), b}, kThreads, [&p]() { gdn_kernel<MODE, T, RAW, CIV>(p); });
 }
 
