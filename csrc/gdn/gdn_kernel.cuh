@@ -754,13 +754,13 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // (as loaded, or as this thread just stored it; only this CTA writes these elements: a repeated
   // slot's later sequences do not run).
   // (Two columns: one 8-byte load a row.)
-  auto tile_row = [&](int r) { return kVerify && !CIV ? __ldg(tile + r * kHeadV) : tile[r * kHeadV]; };
+  auto tile_ld = [&](const auto* q) { return kVerify && !CIV ? __ldg(q) : *q; };
+  auto tile_row = [&](int r) { return tile_ld(tile + r * kHeadV); };
   if (live && (n > 0 || nc > 0)) {
 #pragma unroll
     for (int r = 0; r < kSegLen; ++r) {
       if constexpr (kC == 2) {
-        const float2* t2 = reinterpret_cast<const float2*>(tile + r * kHeadV);
-        const float2 w = kVerify && !CIV ? __ldg(t2) : *t2;
+        const float2 w = tile_ld(reinterpret_cast<const float2*>(tile + r * kHeadV));
         S[0][r] = w.x;
         S[1][r] = w.y;
       } else {
