@@ -802,7 +802,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     for (int c = 0; c < kC; ++c) u[c] = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
-    for (int j = 0; j < nt; ++j) {
+    // One node. kShape: 0 decided at run time (the tree), else known at compile time (a chain of
+    // tokens, so the token loop holds only the common shape: a smaller loop to fetch): 1 the first
+    // token (its u sum formed here), 2 a middle one, 3 the last (no next token), 4 the only one.
+    auto node = [&](int j, auto shape_tag) {
+      constexpr int kShape = decltype(shape_tag)::value;
       const int i = PM == Mode::kTree ? vl[j] : j;
       // the node after i in this run
       const int inx = j + 1 < nt ? (PM == Mode::kTree ? vl[j + 1] : j + 1) : -1;
@@ -835,7 +839,8 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
       // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
       const int sib = PM == Mode::kTree && next < 0 && inx >= 0 && par[inx] == cur ? inx : -1;
-      if (!have_u) {  // u = ksum((S * d_i) * kn_i), this thread's segment
+      // u = ksum((S * d_i) * kn_i), this thread's segment
+      if ((kShape == 0 && !have_u) || kShape == 1 || kShape == 4) {
         lds_floats(kn, kr);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r)
@@ -892,7 +897,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
           if (kNext) kr[r] = kv[r];
         }
       };
-      if (next >= 0) {
+      if constexpr (kShape == 1 || kShape == 2) {
+        pass(IntTag<1>{}, BoolTag<true>{});  // (a token with a next one)
+      } else if constexpr (kShape == 3 || kShape == 4) {
+        pass(IntTag<0>{}, BoolTag<true>{});  // (the last token)
+      } else if (next >= 0) {
         pass(IntTag<1>{}, BoolTag<true>{});  // S' kept, the child's u formed
       } else if constexpr (PM == Mode::kTree) {  // a leaf: S kept
         if (sib >= 0) pass(IntTag<2>{}, BoolTag<false>{});  // and the sibling's u formed
@@ -917,6 +926,17 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       have_u = next >= 0 || sib >= 0;
 #pragma unroll
       for (int c = 0; c < kC; ++c) u[c] = un[c];
+    };
+    if constexpr (PM == Mode::kTree) {
+      for (int j = 0; j < nt; ++j) node(j, IntTag<0>{});
+    } else if constexpr (PM == Mode::kStep) {
+      node(0, IntTag<4>{});  // (nt = 1)
+    } else if (nt == 1) {
+      node(0, IntTag<4>{});
+    } else {
+      node(0, IntTag<1>{});
+      for (int j = 1; j + 1 < nt; ++j) node(j, IntTag<2>{});
+      node(nt - 1, IntTag<3>{});
     }
   };
 
