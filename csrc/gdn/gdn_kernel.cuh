@@ -647,7 +647,9 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // Every 64-byte line of the parameter block (0x210..0x3dc on sm_90a: 8 lines) read once before
   // pdl_wait(): the first read of a line is a constant-cache miss that stalls the warp (ncu: 6
   // serialized misses, ~5% of the chain-16 launch's samples, all after the wait); parameters are
-  // never written by the previous kernel, so here their misses overlap its tail.
+  // never written by the previous kernel, so here their misses overlap its tail (H200, same call:
+  // step B = 1 4.55 -> 4.32 us, chain 16 8.66 -> 8.49; gdn_s27_params_peel_quick.md). Without PDL
+  // the reads sit on the path before the first loads (step B = 1 5.14 -> 5.34 us with QWEN38_PDL=0).
   // (A value made of one field of each line, stored to a shared word nothing reads:
   // without a use ptxas drops the reads.)
 #if defined(__CUDA_ARCH__)
@@ -821,6 +823,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     // One node. kShape: 0 decided at run time (the tree), else known at compile time (a chain of
     // tokens, so the token loop holds only the common shape: a smaller loop to fetch): 1 the first
     // token (its u sum formed here), 2 a middle one, 3 the last (no next token), 4 the only one.
+    // (H200, same call: chain 16 8.66 -> 8.20 us, commit B = 1 6.05 -> 5.68; gdn_s27_params_peel_quick.md)
     auto node = [&](int j, auto shape_tag) {
       constexpr int kShape = decltype(shape_tag)::value;
       const int i = PM == Mode::kTree ? vl[j] : j;
