@@ -136,11 +136,17 @@ __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + block_cols(m) + 2);
 }
 __host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(4) * tokens + kWarps * kPathLen + 4; }
-__host__ __device__ constexpr size_t smem_total(Mode m, int tokens) {
-  return smem_floats(m, tokens) * sizeof(float) + smem_ints(tokens) * sizeof(int);
+// (kTree) the second state copy R in shared memory instead of registers (tree_r_smem below): one
+// thread's 32 floats, at the start of the block's shared memory.
+__host__ __device__ constexpr size_t smem_r_floats(Mode m, bool r_smem) {
+  return m == Mode::kTree && r_smem ? size_t(kThreads) * kSegLen : 0;
 }
-// The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a.
-static_assert(smem_total(Mode::kTree, kMaxTreeNodes) <= 99 * 1024, "tree smem over 99 KB");
+__host__ __device__ constexpr size_t smem_total(Mode m, int tokens, bool r_smem = false) {
+  return (smem_r_floats(m, r_smem) + smem_floats(m, tokens)) * sizeof(float) + smem_ints(tokens) * sizeof(int);
+}
+// The largest launch (tree, 64 nodes) fits the 99 KB (101,376 B) a block may use on sm_121a (which
+// keeps R in registers).
+static_assert(smem_total(Mode::kTree, kMaxTreeNodes, false) <= 99 * 1024, "tree smem over 99 KB");
 // Staged vectors and their segments start 16-byte aligned (smem_raw is).
 static_assert(kSegPad % 4 == 0 && kVecFloats % 4 == 0, "16-byte segments");
 
@@ -357,8 +363,17 @@ template <int I> struct IntTag { static constexpr int value = I; };
 #else
 #define QWEN38_GDN_STEP_MIN_BLOCKS 6
 #endif
+// The tree's second state copy R (the state after the last node with a later child) lives in shared
+// memory on sm_90 and in the host emulation, freeing the 32 registers that hold S * d_i (D below:
+// the tree then forms S * d once a node, as the chain does); sm_100 and later (sm_121a: 99 KB a
+// block, the 64-node tree's 85 KB plus 16 KB would not fit) keep R in registers and S undecayed.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define QWEN38_GDN_TREE_R_SMEM 0
+#else
+#define QWEN38_GDN_TREE_R_SMEM 1
+#endif
 template <Mode MODE, typename T, bool RAW, bool CIV>
-__global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STEP_MIN_BLOCKS : 1) gdn_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STEP_MIN_BLOCKS : MODE == Mode::kTree && QWEN38_GDN_TREE_R_SMEM ? 3 : 1) gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
@@ -396,7 +411,9 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   const int Tm = T_ > Tc ? T_ : Tc;          // sizes the staging and index arrays
   const int N = staged_capacity(MODE, Tm);
 
-  float* xs = reinterpret_cast<float*>(smem_raw);
+  constexpr bool kRSmem = MODE == Mode::kTree && QWEN38_GDN_TREE_R_SMEM;
+  float* rsm = reinterpret_cast<float*>(smem_raw);  // (kRSmem) R: float4 q of thread t at rsm[4 (q kThreads + t)]
+  float* xs = rsm + smem_r_floats(MODE, kRSmem);
   float* vd = xs + size_t(N) * kKinds * kVecFloats;
   float* dec = vd + size_t(N) * kBC;
   float* bet = dec + N;
@@ -813,13 +830,16 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
     int cur = -1;
     int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
-    float R[kSegLen];     // (kTree: one column a thread)
+    float R[kRSmem ? 1 : kSegLen];  // (kTree: one column a thread; in shared memory when kRSmem)
+    float D[kRSmem ? kSegLen : 1];  // (kRSmem) S * d_i when node i's pass starts
+    float4* const rmine = reinterpret_cast<float4*>(rsm) + tid;  // (kRSmem) row group q at rmine[q kThreads]
     bool have_u = false;  // u: the segment partials of u for node i, already summed
     float u[kC];
 #pragma unroll
     for (int c = 0; c < kC; ++c) u[c] = 0.f;
     float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
+    constexpr bool kD = PM == Mode::kTree && kRSmem;  // D holds it (S holds the state itself)
     // One node. kShape: 0 decided at run time (the tree), else known at compile time (a chain of
     // tokens, so the token loop holds only the common shape: a smaller loop to fetch): 1 the first
     // token (its u sum formed here), 2 a middle one, 3 the last (no next token), 4 the only one.
@@ -833,8 +853,24 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         const int pa = par[i];
         if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
+          if constexpr (kRSmem) {
+            if (kept) {
 #pragma unroll
-          for (int r = 0; r < kSegLen; ++r) S[0][r] = kept ? R[r] : tile_row(r);
+              for (int q = 0; q < kSegLen / 4; ++q) {
+                const float4 w = rmine[q * kThreads];
+                S[0][4 * q] = w.x;
+                S[0][4 * q + 1] = w.y;
+                S[0][4 * q + 2] = w.z;
+                S[0][4 * q + 3] = w.w;
+              }
+            } else {
+#pragma unroll
+              for (int r = 0; r < kSegLen; ++r) S[0][r] = tile_row(r);
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < kSegLen; ++r) S[0][r] = kept ? R[r] : tile_row(r);
+          }
           const int dp = pa < 0 || kept ? 0 : depth[pa];
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
@@ -868,6 +904,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
             const float a = mul(S[c][r], di);
             u[c] = r == 0 ? mul(a, kr[0]) : fma_rn(a, kr[r], u[c]);
             if (kDecayed) S[c][r] = a;
+            if constexpr (kD) D[r] = a;
           }
       }
       float dl[kC];
@@ -902,13 +939,14 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         for (int r = 0; r < kSegLen; ++r) {
 #pragma unroll
           for (int c = 0; c < kC; ++c) {
-            const float a = kDecayed ? S[c][r] : mul(S[c][r], di);  // S * d_i
+            const float a = kDecayed ? S[c][r] : kD ? D[r] : mul(S[c][r], di);  // S * d_i
             const float sn = fma_rn(kr[r], dl[c], a);                // S'
             if (kOut) o[c] = r == 0 ? mul(sn, qv[0]) : fma_rn(sn, qv[r], o[c]);
             if (kNext) {
               const float t = mul(kNext == 1 ? sn : S[c][r], dn);  // S' * d_next, or (a sibling) S * d_next
               un[c] = r == 0 ? mul(t, kv[0]) : fma_rn(t, kv[r], un[c]);
               if (kNext == 1) S[c][r] = kDecayed ? t : sn;
+              if constexpr (kD) D[r] = t;  // the next node's S * d
             } else if (kKeep) {
               S[c][r] = sn;
             }
@@ -937,8 +975,14 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         }
       }
       if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
+        if constexpr (kRSmem) {
 #pragma unroll
-        for (int r = 0; r < kSegLen; ++r) R[r] = S[0][r];
+          for (int q = 0; q < kSegLen / 4; ++q)
+            rmine[q * kThreads] = make_float4(S[0][4 * q], S[0][4 * q + 1], S[0][4 * q + 2], S[0][4 * q + 3]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < kSegLen; ++r) R[r] = S[0][r];
+        }
         saved = i;
       }
       if (keep) cur = i;
