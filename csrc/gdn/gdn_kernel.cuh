@@ -126,7 +126,7 @@ __host__ __device__ constexpr int col_blocks(Mode m) { return kHeadV / block_col
 
 // ---- shared memory layout ----------------------------------------------------------------------
 // [x: N x kinds x kVecFloats][vd: N x block_cols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T]
-// [path: kWarps x kPathLen][info: 4] (floats, then ints). No copy of the state tile: a tree rebuild
+// [path: kWarps x kPathLen][info: 4][tdesc: 2 x T] (floats, then ints). No copy of the state tile: a tree rebuild
 // from the committed state reads it from the pool again. (GB10 holds ~100 KB of shared memory an
 // SM: with a 16 KB copy the 32-node tree CTA took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in
 // 4 waves on 48 SMs; at 42 KB, 2 an SM and 2 waves.)
@@ -135,7 +135,7 @@ __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
   return size_t(staged_capacity(m, tokens)) * (staged_kinds(m) * kVecFloats + block_cols(m) + 2);
 }
-__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(4) * tokens + kWarps * kPathLen + 4; }
+__host__ __device__ constexpr size_t smem_ints(int tokens) { return size_t(6) * tokens + kWarps * kPathLen + 4; }
 // (kTree) the second state copy R in shared memory instead of registers (tree_r_smem below): one
 // thread's 32 floats, at the start of the block's shared memory.
 __host__ __device__ constexpr size_t smem_r_floats(Mode m, bool r_smem) {
@@ -424,6 +424,8 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   int* vlist = order + Tm;  // (kTree) the nodes this CTA runs, in order (see "split")
   int* path = vlist + Tm;
   int* info = path + kWarps * kPathLen;
+  int* tdA = info + 4;  // (kTree) the two control words of each position of vlist (tree_desc)
+  int* tdB = tdA + Tm;
 
   // ---- tree structure: validation, depths, the accepted path ----
   // Depth-first pre-order holds iff every node's parent p is -1 or an ancestor-or-self of the node
@@ -806,9 +808,37 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 
   T* out = static_cast<T*>(p.out);
   auto out_at = [&](int i, int c) { return out + ((int64_t(b) * T_ + i) * kVHeads + h) * kHeadV + col + c; };
+  T* const obase = out_at(0, 0);  // node i's outputs at obase + i kVHeads kHeadV + c
+
+  // ---- (kTree) the node loop's control, for every position of vlist at once ----
+  // Node i = vl[j] starts from the state of its parent pa. Before position j the registers hold
+  // the state after node cur_j: -1 (the loaded state) at j = 0; else the node before, i' = vl[j-1],
+  // when pa = i' (its pass kept S'), or else i''s parent (a leaf's pass keeps S). What the node
+  // loop would work out at run time, one dependent shared-memory read after another, is two words:
+  //   A: i | nx << 8 | kind << 16 | rb << 18 | save << 20
+  //      kind 1: the next node nx is i's child (its u is formed from S'); 2: i is a leaf and nx its
+  //      sibling (u from S); 0: neither. rb 0: the state held is pa's and u was formed by the pass
+  //      before; 1: pa's state is taken from R or rebuilt (u formed here); 2: the first position
+  //      (the loaded state, u formed here). save: S' goes to R (i has a child after its first).
+  //   B: (pa + 1) | depth[pa] << 8 | depth[i] << 16   (depth[-1] = 0; depths <= 64)
+  // Every thread of position j reads par/later/depth as tree_structure left them (after a barrier).
+  auto tree_desc = [&](int nv) {
+    for (int j = tid; j < nv; j += kThreads) {
+      const int i = vlist[j], pa = par[i];
+      const int inx = j + 1 < nv ? vlist[j + 1] : -1;
+      const int pnx = inx >= 0 ? par[inx] : -2;
+      const int prev = j > 0 ? vlist[j - 1] : -1;
+      const int cur = j == 0 ? -1 : pa == prev ? prev : par[prev];
+      const int kind = pnx == i ? 1 : inx >= 0 && pnx == pa ? 2 : 0;
+      const int rb = pa != cur ? 1 : j == 0 ? 2 : 0;
+      const int save = kind == 1 && later[i] != 0 ? 1 : 0;
+      tdA[j] = i | (kind != 0 ? inx : 0) << 8 | kind << 16 | rb << 18 | save << 20;
+      tdB[j] = (pa + 1) | (pa >= 0 ? depth[pa] : 0) << 8 | depth[i] << 16;
+    }
+  };
 
   // ---- the tokens ----
-  // S holds the state after node `cur` (-1: the loaded state). Node i starts from its parent's
+  // S holds the state after some node (at first the loaded state). Node i starts from its parent's
   // state; its own state S' = S * d_i + kn_i delta_i is formed element by element in one pass that
   // also accumulates o_i = S'^T qn_i and, when the next node is i's child, that child's
   // u = (S' * d_next)^T kn_next (the sums the step would form from the stored S' and S' * d_next:
@@ -822,36 +852,37 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
   // sum). Not in a tree: a node's S may be needed again by a sibling of its leaf child, and
   // choosing per node between keeping S' and S' * d_next costs a select per element, as much as
   // the product it saves.
-  // (kTree) vl: the nodes to run, in order (nt of them; the first `nanc` only rebuild the state: no
-  // output); other modes run tokens 0..nt-1.
-  auto run_tokens = [&](auto mode_tag, int nt, const int* vl, int nanc) {
+  // (kTree) the nodes to run are vlist[0..nt), described by tdA/tdB (the first `nanc` only rebuild
+  // the state: no output); other modes run tokens 0..nt-1.
+  auto run_tokens = [&](auto mode_tag, int nt, int nanc) {
     constexpr Mode PM = decltype(mode_tag)::value;
     constexpr bool kOut = PM != Mode::kCommit;
     int* wpath = path + warp * kPathLen;  // this warp's copy of the current path (kTree)
-    int cur = -1;
     int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
-    float R[kRSmem ? 1 : kSegLen];  // (kTree: one column a thread; in shared memory when kRSmem)
-    float D[kRSmem ? kSegLen : 1];  // (kRSmem) S * d_i when node i's pass starts
-    float4* const rmine = reinterpret_cast<float4*>(rsm) + tid;  // (kRSmem) row group q at rmine[q kThreads]
-    bool have_u = false;  // u: the segment partials of u for node i, already summed
+    [[maybe_unused]] float R[kRSmem ? 1 : kSegLen];  // (kTree: one column a thread; in shared memory when kRSmem)
+    [[maybe_unused]] float D[kRSmem ? kSegLen : 1];  // (kRSmem) S * d_i when node i's pass starts
+    [[maybe_unused]] float4* const rmine = reinterpret_cast<float4*>(rsm) + tid;  // (kRSmem) row group q at rmine[q kThreads]
     float u[kC];
 #pragma unroll
     for (int c = 0; c < kC; ++c) u[c] = 0.f;
-    float kr[kSegLen];  // kn_i, this thread's segment (when have_u: read by the parent's pass)
+    float kr[kSegLen];  // kn_i, this thread's segment (read by the parent's pass when it formed u)
     constexpr bool kDecayed = PM != Mode::kTree;  // S holds S * d_i when node i's pass starts
     constexpr bool kD = PM == Mode::kTree && kRSmem;  // D holds it (S holds the state itself)
     // One node. kShape: 0 decided at run time (the tree), else known at compile time (a chain of
     // tokens, so the token loop holds only the common shape: a smaller loop to fetch): 1 the first
     // token (its u sum formed here), 2 a middle one, 3 the last (no next token), 4 the only one.
     // (H200, same call: chain 16 8.66 -> 8.20 us, commit B = 1 6.05 -> 5.68; gdn_s27_params_peel_quick.md)
-    auto node = [&](int j, auto shape_tag) {
+    // (kTree) dA, dB: position j's control words (tree_desc).
+    auto node = [&](int j, auto shape_tag, int dA, int dB) {
       constexpr int kShape = decltype(shape_tag)::value;
-      const int i = PM == Mode::kTree ? vl[j] : j;
-      // the node after i in this run
-      const int inx = j + 1 < nt ? (PM == Mode::kTree ? vl[j + 1] : j + 1) : -1;
-      if (PM == Mode::kTree) {
-        const int pa = par[i];
-        if (pa != cur) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
+      constexpr bool kT = PM == Mode::kTree;
+      const int i = kT ? (dA & 255) : j;
+      const int inx = !kT && j + 1 < nt ? j + 1 : -1;  // (not a tree) the token after i
+      const int kind = kT ? (dA >> 16) & 3 : 0;         // (kTree) see tree_desc
+      const int rb = kT ? (dA >> 18) & 3 : 0;
+      if (kT) {
+        const int pa = (dB & 255) - 1;
+        if (rb == 1) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
           if constexpr (kRSmem) {
             if (kept) {
@@ -871,7 +902,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
 #pragma unroll
             for (int r = 0; r < kSegLen; ++r) S[0][r] = kept ? R[r] : tile_row(r);
           }
-          const int dp = pa < 0 || kept ? 0 : depth[pa];
+          const int dp = kept ? 0 : (dB >> 8) & 255;  // (depth[pa]; 0 for pa = -1)
           int a = dp > 0 ? wpath[1] : 0;  // the path is read one ancestor ahead
           for (int d = 1; d <= dp; ++d) {
             const int an = d < dp ? wpath[d + 1] : 0;
@@ -883,19 +914,17 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
             for (int r = 0; r < kSegLen; ++r) S[0][r] = fma_rn(ka[r], dl, mul(S[0][r], da));
             a = an;
           }
-          cur = pa;
-          have_u = false;
         }
       }
       const float di = dec[i], bi = bet[i];
       const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
       // the node that continues from S' (its child), or none
-      const int next = PM != Mode::kStep && inx >= 0 && (PM != Mode::kTree || par[inx] == i) ? inx : -1;
-      const bool keep = PM != Mode::kTree || next >= 0;  // S' becomes S (a tree leaf's does not)
+      const int next = kT ? (kind == 1 ? (dA >> 8) & 255 : -1) : PM != Mode::kStep && inx >= 0 ? inx : -1;
+      const bool keep = !kT || kind == 1;  // S' becomes S (a tree leaf's does not)
       // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
-      const int sib = PM == Mode::kTree && next < 0 && inx >= 0 && par[inx] == cur ? inx : -1;
-      // u = ksum((S * d_i) * kn_i), this thread's segment
-      if ((kShape == 0 && !have_u) || kShape == 1 || kShape == 4) {
+      const int sib = kT && kind == 2 ? (dA >> 8) & 255 : -1;
+      // u = ksum((S * d_i) * kn_i), this thread's segment (a tree: unless the pass before formed it)
+      if ((kShape == 0 && rb != 0) || kShape == 1 || kShape == 4) {
         lds_floats(kn, kr);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r)
@@ -915,7 +944,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
       if (PM == Mode::kTree) {  // keep delta (over v, read above by all 4 segment lanes) and the path
         __syncwarp();
         if (seg == 0 && keep) vd[i * kBC + lcol] = dl[0];
-        if (lane == 0) wpath[depth[i]] = i;
+        if (lane == 0) wpath[(dB >> 16) & 255] = i;  // (depth[i])
         __syncwarp();
       }
       const float* qn = kn + kVecFloats;  // (kOut only)
@@ -971,10 +1000,13 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         for (int c = 0; c < kC; ++c) o[c] = combine_segments<kOneLevel>(o[c]);
         if (seg == 0 && (PM != Mode::kTree || j >= nanc)) {
 #pragma unroll
-          for (int c = 0; c < kC; ++c) *out_at(i, c) = from_f<T>(o[c]);
+          for (int c = 0; c < kC; ++c) {  // (a tree from one base pointer; chain and step as before)
+            T* const oc = kT ? obase + i * (kVHeads * kHeadV) + c : out_at(i, c);
+            *oc = from_f<T>(o[c]);
+          }
         }
       }
-      if (PM == Mode::kTree && next >= 0 && later[i] != 0) {  // i has a later child: keep its state
+      if (kT && ((dA >> 20) & 1) != 0) {  // i has a later child: keep its state
         if constexpr (kRSmem) {
 #pragma unroll
           for (int q = 0; q < kSegLen / 4; ++q)
@@ -985,21 +1017,25 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         }
         saved = i;
       }
-      if (keep) cur = i;
-      have_u = next >= 0 || sib >= 0;
 #pragma unroll
       for (int c = 0; c < kC; ++c) u[c] = un[c];
     };
-    if constexpr (PM == Mode::kTree) {
-      for (int j = 0; j < nt; ++j) node(j, IntTag<0>{});
+    if constexpr (PM == Mode::kTree) {  // (each position's control words read one node ahead)
+      int dA = nt > 0 ? tdA[0] : 0, dB = nt > 0 ? tdB[0] : 0;
+      for (int j = 0; j < nt; ++j) {
+        const int nA = j + 1 < nt ? tdA[j + 1] : 0, nB = j + 1 < nt ? tdB[j + 1] : 0;
+        node(j, IntTag<0>{}, dA, dB);
+        dA = nA;
+        dB = nB;
+      }
     } else if constexpr (PM == Mode::kStep) {
-      node(0, IntTag<4>{});  // (nt = 1)
+      node(0, IntTag<4>{}, 0, 0);  // (nt = 1)
     } else if (nt == 1) {
-      node(0, IntTag<4>{});
+      node(0, IntTag<4>{}, 0, 0);
     } else {
-      node(0, IntTag<1>{});
-      for (int j = 1; j + 1 < nt; ++j) node(j, IntTag<2>{});
-      node(nt - 1, IntTag<3>{});
+      node(0, IntTag<1>{}, 0, 0);
+      for (int j = 1; j + 1 < nt; ++j) node(j, IntTag<2>{}, 0, 0);
+      node(nt - 1, IntTag<3>{}, 0, 0);
     }
   };
 
@@ -1035,7 +1071,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
         L0 = stage_issue(src, T_, true, false, true, 0);
         l0 = true;
       }
-      run_tokens(ModeTag<Mode::kCommit>{}, nc, nullptr, 0);
+      run_tokens(ModeTag<Mode::kCommit>{}, nc, 0);
       store_tile();
       __syncthreads();  // the staging area is reused by the verify
     }
@@ -1097,10 +1133,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     nv = nanc + (re - ra);
   }
   __syncthreads();
+  if (MODE == Mode::kTree) tree_desc(nv);  // (read after normalize's barrier)
   normalize(n, MODE != Mode::kCommit);
   __syncthreads();
 
-  run_tokens(ModeTag<MODE>{}, MODE == Mode::kTree ? nv : n, vlist, nanc);
+  run_tokens(ModeTag<MODE>{}, MODE == Mode::kTree ? nv : n, nanc);
 
   if (MODE == Mode::kStep || MODE == Mode::kCommit) store_tile();  // the tile, stored once
   if (kVerify && seg == 0 && part == 0)  // rows at and after the length (or after an invalid tree node)
