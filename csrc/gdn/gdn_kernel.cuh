@@ -43,11 +43,12 @@
 // parent's state plus its own update. In depth-first order the parent p of node i is the previous
 // node or an ancestor of it. A leaf (no child follows it) is evaluated without overwriting the
 // parent's state in registers, so its siblings start from it directly. Otherwise, when the parent
-// is not the state held, the state after p is taken from a second register copy R, which holds the
-// state after the last node seen that has a child beyond its first (a node whose subtree is being
-// visited: for the usual speculation trees, a spine with several children per node, the parent
-// whenever one is needed), or else rebuilt from the committed tile (read again from the pool) by
-// replaying the path root..p with the stored per-node decay and delta:
+// is not the state held, the state after p is taken from a second copy R (in registers; in shared
+// memory on sm_90), which holds the state after the last node seen that has a child beyond its
+// first (a node whose subtree is being visited: for the usual speculation trees, a spine with
+// several children per node, the parent whenever one is needed), or else rebuilt from the
+// committed tile (read again from the pool) by replaying the path root..p with the stored per-node
+// decay and delta:
 // S = fma(kn_a, delta_a, S * d_a) - the step's own two roundings, with the very operands the step
 // used, so the replayed state is bit-identical to the stepped one (a node's state has the same bits
 // however it is reached, so R is too). A per-warp array holds the current path (the last node
@@ -125,8 +126,9 @@ __host__ __device__ constexpr int block_cols(Mode m) { return kCols * cols_per_t
 __host__ __device__ constexpr int col_blocks(Mode m) { return kHeadV / block_cols(m); }      // CTAs per head
 
 // ---- shared memory layout ----------------------------------------------------------------------
-// [x: N x kinds x kVecFloats][vd: N x block_cols][dec: N][bet: N][par: T][depth: T][order: T][vlist: T]
-// [path: kWarps x kPathLen][info: 4][tdesc: 2 x T] (floats, then ints). No copy of the state tile: a tree rebuild
+// [(kTree on sm_90) R: kThreads x kSegLen][x: N x kinds x kVecFloats][vd: N x block_cols][dec: N][bet: N]
+// [par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4][tdA, tdB: T each] (floats, then
+// ints). No copy of the state tile: a tree rebuild
 // from the committed state reads it from the pool again. (GB10 holds ~100 KB of shared memory an
 // SM: with a 16 KB copy the 32-node tree CTA took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in
 // 4 waves on 48 SMs; at 42 KB, 2 an SM and 2 waves.)
@@ -373,7 +375,10 @@ template <int I> struct IntTag { static constexpr int value = I; };
 #define QWEN38_GDN_TREE_R_SMEM 1
 #endif
 template <Mode MODE, typename T, bool RAW, bool CIV>
-__global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STEP_MIN_BLOCKS : MODE == Mode::kTree && QWEN38_GDN_TREE_R_SMEM ? 3 : 1) gdn_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                             ? QWEN38_GDN_STEP_MIN_BLOCKS
+                                            : MODE == Mode::kTree && QWEN38_GDN_TREE_R_SMEM ? 3
+                                                                                             : 1)
+    gdn_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr bool kVerify = MODE == Mode::kChain || MODE == Mode::kTree;
   constexpr bool kWrites = MODE == Mode::kStep || MODE == Mode::kCommit || CIV;
@@ -861,7 +866,8 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep ? QWEN38_GDN_STE
     int saved = -1;      // (kTree) R holds the state after node `saved` (-1: none)
     [[maybe_unused]] float R[kRSmem ? 1 : kSegLen];  // (kTree: one column a thread; in shared memory when kRSmem)
     [[maybe_unused]] float D[kRSmem ? kSegLen : 1];  // (kRSmem) S * d_i when node i's pass starts
-    [[maybe_unused]] float4* const rmine = reinterpret_cast<float4*>(rsm) + tid;  // (kRSmem) row group q at rmine[q kThreads]
+    // (kRSmem) row group q of R at rmine[q kThreads]
+    [[maybe_unused]] float4* const rmine = reinterpret_cast<float4*>(rsm) + tid;
     float u[kC];
 #pragma unroll
     for (int c = 0; c < kC; ++c) u[c] = 0.f;
