@@ -168,6 +168,16 @@ inline cudaError_t device_sms(int* sms) {
                       [&](int* n) { return cudaDeviceGetAttribute(n, cudaDevAttrMultiProcessorCount, dev); });
 }
 
+// The current device's compute capability major (cached per device).
+inline cudaError_t device_cc_major(int* major) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  return cached_query(mu, cache, dev, major,
+                      [&](int* m) { return cudaDeviceGetAttribute(m, cudaDevAttrComputeCapabilityMajor, dev); });
+}
+
 // The spread's cap of a grid of `blocks`: ceil(blocks / SMs) (0: the knob is off or no grid).
 inline cudaError_t spread_cap(int64_t blocks, int* cap) {
   *cap = 0;

@@ -86,24 +86,14 @@ cudaError_t launch_mode(Mode mode, const Params& p, bool pdl, cudaStream_t strea
 }  // namespace
 
 // Whether the current device runs the build whose tree keeps R in shared memory
-// (QWEN38_GDN_TREE_R_SMEM: compute capability below 10, the sm_90a code). Cached per device.
+// (QWEN38_GDN_TREE_R_SMEM: compute capability below 10, the sm_90a code).
 static bool tree_r_smem() {
-  static std::mutex mu;
-  static std::map<int, bool> known;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
+  int major = 0;
+  if (device_cc_major(&major) != cudaSuccess) {
     (void)cudaGetLastError();
     return true;  // (the larger size: a launch that cannot have it fails with an error)
   }
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(dev);
-  if (it != known.end()) return it->second;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    major = 9;  // (the larger size, as above)
-  }
-  return known.emplace(dev, major < 10).first->second;
+  return major < 10;
 }
 
 size_t smem_bytes(Mode mode, int tokens) {

@@ -127,11 +127,11 @@ __host__ __device__ constexpr int col_blocks(Mode m) { return kHeadV / block_col
 
 // ---- shared memory layout ----------------------------------------------------------------------
 // [(kTree on sm_90) R: kThreads x kSegLen][x: N x kinds x kVecFloats][vd: N x block_cols][dec: N][bet: N]
-// [par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4][tdA, tdB: T each] (floats, then
-// ints). No copy of the state tile: a tree rebuild
-// from the committed state reads it from the pool again. (GB10 holds ~100 KB of shared memory an
-// SM: with a 16 KB copy the 32-node tree CTA took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in
-// 4 waves on 48 SMs; at 42 KB, 2 an SM and 2 waves.)
+// [par: T][depth: T][order: T][vlist: T][path: kWarps x kPathLen][info: 4][tdA, tdB: T each] (floats,
+// then ints). No copy of the state tile: a tree rebuild from the committed state reads it from the
+// pool again. (GB10 holds ~100 KB of shared memory an SM: with a 16 KB copy the 32-node tree CTA
+// took 59 KB, 1 CTA an SM, so B = 1's 192 CTAs ran in 4 waves on 48 SMs; at 42 KB, 2 an SM and 2
+// waves.)
 __host__ __device__ constexpr int staged_kinds(Mode m) { return m == Mode::kCommit ? 1 : 2; }
 __host__ __device__ constexpr int staged_capacity(Mode m, int tokens) { return m == Mode::kStep ? 1 : tokens; }
 __host__ __device__ constexpr size_t smem_floats(Mode m, int tokens) {
@@ -886,6 +886,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
       const int inx = !kT && j + 1 < nt ? j + 1 : -1;  // (not a tree) the token after i
       const int kind = kT ? (dA >> 16) & 3 : 0;         // (kTree) see tree_desc
       const int rb = kT ? (dA >> 18) & 3 : 0;
+      const int nx = (dA >> 8) & 255;                   // (kind != 0) the next node
       if (kT) {
         const int pa = (dB & 255) - 1;
         if (rb == 1) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
@@ -925,10 +926,10 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
       const float di = dec[i], bi = bet[i];
       const float* kn = xs + size_t(i) * kKinds * kVecFloats + seg * kSegPad;
       // the node that continues from S' (its child), or none
-      const int next = kT ? (kind == 1 ? (dA >> 8) & 255 : -1) : PM != Mode::kStep && inx >= 0 ? inx : -1;
+      const int next = kT ? (kind == 1 ? nx : -1) : PM != Mode::kStep && inx >= 0 ? inx : -1;
       const bool keep = !kT || kind == 1;  // S' becomes S (a tree leaf's does not)
       // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
-      const int sib = kT && kind == 2 ? (dA >> 8) & 255 : -1;
+      const int sib = kT && kind == 2 ? nx : -1;
       // u = ksum((S * d_i) * kn_i), this thread's segment (a tree: unless the pass before formed it)
       if ((kShape == 0 && rb != 0) || kShape == 1 || kShape == 4) {
         lds_floats(kn, kr);
