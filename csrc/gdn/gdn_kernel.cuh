@@ -889,7 +889,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
       const int nx = (dA >> 8) & 255;                   // (kind != 0) the next node
       if (kT) {
         const int pa = (dB & 255) - 1;
-        if (rb == 1) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
+        if (__builtin_expect(rb == 1, 0)) {  // the state after pa: kept in R, or the loaded tile and the path root..pa
           const bool kept = pa >= 0 && pa == saved;
           if constexpr (kRSmem) {
             if (kept) {
@@ -931,7 +931,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
       // (kTree, a leaf) the node that continues from S, the state of i's parent (i's sibling), or none
       const int sib = kT && kind == 2 ? nx : -1;
       // u = ksum((S * d_i) * kn_i), this thread's segment (a tree: unless the pass before formed it)
-      if ((kShape == 0 && rb != 0) || kShape == 1 || kShape == 4) {
+      if ((kShape == 0 && __builtin_expect(rb != 0, 0)) || kShape == 1 || kShape == 4) {
         lds_floats(kn, kr);
 #pragma unroll
         for (int r = 0; r < kSegLen; ++r)
@@ -994,7 +994,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
         pass(IntTag<1>{}, BoolTag<true>{});  // (a token with a next one)
       } else if constexpr (kShape == 3 || kShape == 4) {
         pass(IntTag<0>{}, BoolTag<true>{});  // (the last token)
-      } else if (next >= 0) {
+      } else if (__builtin_expect(next >= 0, 1)) {
         pass(IntTag<1>{}, BoolTag<true>{});  // S' kept, the child's u formed
       } else if constexpr (PM == Mode::kTree) {  // a leaf: S kept
         if (sib >= 0) pass(IntTag<2>{}, BoolTag<false>{});  // and the sibling's u formed
@@ -1013,7 +1013,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
           }
         }
       }
-      if (kT && ((dA >> 20) & 1) != 0) {  // i has a later child: keep its state
+      if (kT && __builtin_expect(((dA >> 20) & 1) != 0, 0)) {  // i has a later child: keep its state
         if constexpr (kRSmem) {
 #pragma unroll
           for (int q = 0; q < kSegLen / 4; ++q)
