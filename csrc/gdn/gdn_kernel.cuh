@@ -878,7 +878,11 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
     // tokens, so the token loop holds only the common shape: a smaller loop to fetch): 1 the first
     // token (its u sum formed here), 2 a middle one, 3 the last (no next token), 4 the only one.
     // (H200, same call: chain 16 8.66 -> 8.20 us, commit B = 1 6.05 -> 5.68; gdn_s27_params_peel_quick.md)
-    // (kTree) dA, dB: position j's control words (tree_desc).
+    // (kTree) dA, dB: position j's control words (tree_desc). The tree's branches carry hints
+    // (__builtin_expect): the rebuild, the u sum formed here and the R save unlikely, the child's pass
+    // likely, which ptxas then lays out as the fall-through - the loop waits on instruction fetch
+    // (ncu_gdn_tree_fetch_s29.txt), and its common path then runs from fewer scattered 128-byte lines
+    // (tree 8 8.10 -> 7.88 us, gdn_s29_tree_layout_ab.md). Layout only: the same instructions.
     auto node = [&](int j, auto shape_tag, int dA, int dB) {
       constexpr int kShape = decltype(shape_tag)::value;
       constexpr bool kT = PM == Mode::kTree;
@@ -994,9 +998,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
         pass(IntTag<1>{}, BoolTag<true>{});  // (a token with a next one)
       } else if constexpr (kShape == 3 || kShape == 4) {
         pass(IntTag<0>{}, BoolTag<true>{});  // (the last token)
-      } else if (__builtin_expect(next >= 0, 1)) {  // (the hints lay the child's pass out as the fall-through:
-        // the tree loop's common path runs from fewer scattered 128-byte lines; tree 8 8.10 -> 7.88 us,
-        // gdn_s29_tree_layout_ab.md)
+      } else if (__builtin_expect(next >= 0, 1)) {
         pass(IntTag<1>{}, BoolTag<true>{});  // S' kept, the child's u formed
       } else if constexpr (PM == Mode::kTree) {  // a leaf: S kept
         if (sib >= 0) pass(IntTag<2>{}, BoolTag<false>{});  // and the sibling's u formed
