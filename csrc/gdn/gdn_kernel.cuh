@@ -119,8 +119,10 @@ static_assert(kSegLen == 32 && kSegs == 4 && kWarps == 4, "the lane mapping belo
 // 4 warps: ~630 shared-memory wavefronts a token in ~740 cycles, ncu_gdn_counters_s25.txt); with
 // two columns each value read serves two columns (H200, bench_gdn --quick, same call: chain 4 / 16
 // 5.08 / 9.50 -> 4.82 / 8.70 us; ~160 registers, 96 CTAs of 4 warps at B = 1, at most one an SM).
-// The tree keeps one (its second register copy R of the state would not fit twice), the step and
-// the commit too (a token or a few per launch). Columns are independent: no bit changes.
+// The tree keeps one: its split launch at B = 1 is 384 CTAs, ~3 an SM, and a node is bound by each
+// warp's own latency, so fewer, longer warps lose (two columns a thread in 64-thread CTAs, the same
+// CTAs an SM: tree 8 / 32 7.83 / 19.1 -> 8.57 / 20.6 us, gdn_s30_tree_ab.md). The step and the commit
+// keep one too (a token or a few per launch). Columns are independent: no bit changes.
 __host__ __device__ constexpr int cols_per_thread(Mode m) { return m == Mode::kChain ? 2 : 1; }
 __host__ __device__ constexpr int block_cols(Mode m) { return kCols * cols_per_thread(m); }  // V columns a CTA
 __host__ __device__ constexpr int col_blocks(Mode m) { return kHeadV / block_cols(m); }      // CTAs per head

@@ -39,6 +39,9 @@ constexpr int kFp8StreamDepth = NT >= 4 ? 1 : 2;
 // 130, leaves 3). H200 (benchmarks/lab/stream_waves_lab.cu, bf16, us at 1 / 16 rows, 3 -> 4 an SM):
 // 16384x5120 36.3 / 44.6 -> 31.7 / 37.5, 14336x5120 34.7 / 42.0 -> 28.1 / 36.4, 6144x5120 14.5 /
 // 17.1 -> 14.3 / 16.5. The sm_121a build (GB10) keeps the compiler's choice. No bit changes.
+// (Not at 4 tiles: the 1..8-row transposed kernel takes 152 registers, 3 an SM; held to 4 it spills
+// 8-40 bytes, and where timed with the spill only a grid of exactly one round of 4 an SM gained - the
+// model's shapes lost 0.7-1.4 us; benchmarks/results/h200/skinny_waves_s30.txt.)
 #ifdef QWEN38_HW_E2M1
 #define QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, MT) QWEN38_STREAM_MIN_BLOCKS(KSPLIT, NT, MT)
 #else
