@@ -882,9 +882,10 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
     // (H200, same call: chain 16 8.66 -> 8.20 us, commit B = 1 6.05 -> 5.68; gdn_s27_params_peel_quick.md)
     // (kTree) dA, dB: position j's control words (tree_desc). The tree's branches carry hints
     // (__builtin_expect): the rebuild, the u sum formed here and the R save unlikely, the child's pass
-    // likely, which ptxas then lays out as the fall-through - the loop waits on instruction fetch
-    // (ncu_gdn_tree_fetch_s29.txt), and its common path then runs from fewer scattered 128-byte lines
-    // (tree 8 8.10 -> 7.88 us, gdn_s29_tree_layout_ab.md). Layout only: the same instructions.
+    // likely, which ptxas then lays out as the fall-through (tree 8 8.10 -> 7.88 us,
+    // gdn_s29_tree_layout_ab.md). Layout only: the same instructions. Why it pays is not settled: a
+    // fully contiguous common path (its own loop of that shape) was slower (gdn_s30_tree_ab.md), so
+    // the instruction-fetch samples of ncu_gdn_tree_fetch_s29.txt do not explain it alone.
     auto node = [&](int j, auto shape_tag, int dA, int dB) {
       constexpr int kShape = decltype(shape_tag)::value;
       constexpr bool kT = PM == Mode::kTree;
