@@ -4,9 +4,11 @@
 // chain of short kernels). Contract kept by every kernel here:
 //   pdl_wait()  before the first global memory access: it returns once the previous grid has
 //               completed and its writes are visible, so the data flow is exactly stream order
-//               (one exception: the skinny NVFP4 kernel copies its first weight steps before it
+//               (two exceptions: the skinny NVFP4 kernel copies its first weight steps before it
 //               waits - weight tensors are never written by a kernel of this library, and a
-//               foreign kernel does not trigger early, so its writes are complete by then);
+//               foreign kernel does not trigger early, so its writes are complete by then; and the
+//               GDN kernel at B = 1 reads its slot index early only to prefetch the state tile into
+//               L2, reading the index again after the wait - gdn_kernel.cuh);
 //   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
 //               scheduled early (it still waits in its own pdl_wait()): at the start in most
 //               kernels; after the main loop in the head's tiles kernel. There, at the start, the

@@ -670,6 +670,59 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
     }
   };
 
+#if defined(__CUDA_ARCH__)
+  // At B = 1 (gridDim.z = 1) the state tile is prefetched into L2 before pdl_wait(), at the slot the
+  // index array holds now: the slot is read again after the wait, and the tile's own loads then find
+  // its lines in L2 or on their way. The early read is only a hint (it may race with the previous
+  // kernel's writes to the index array: its value steers a prefetch, nothing else; it goes to L2
+  // only, ld.global.cg, so that no L1 line of it can answer the read after the wait), and a prefetch
+  // changes nothing any load returns (L2 is where global memory is coherent): the data flow stays
+  // stream order. Under PDL the two latencies (the index, then the tile) overlap the previous kernel
+  // instead of following the wait. Thread 0 of CTA cb issues one bulk prefetch (the TMA unit's,
+  // asynchronous) of rows [128 cb / kCB, 128 (cb + 1) / kCB) of the head's state: the head's CTAs
+  // together cover the 64 KB their columns read. H200 (gdn_s31_tile_prefetch_ab.md), us: step
+  // B = 1 4.35 -> 4.07, chain 1 / 16 3.64 / 8.00 -> 3.38 / 7.74, commit B = 1 5.50 -> 5.07, tree 8 /
+  // 32 7.88 / 19.1 -> 7.79 / 19.0; but the step at B = 8 16.1 -> 16.5 (half of its 1536 CTAs start
+  // after the previous kernel has ended: their early read then waits on the path), hence B = 1
+  // only. One asm block with its own registers: in C++ the compiler shared the index arithmetic with
+  // the kernel's, and the step's 80-register budget spilled (so did a cvta.to.global here; the
+  // pointers are used as global addresses as in the library's other asm loads).
+  asm volatile(
+      "{\n"
+      " .reg .u32 bi, hi, ci, lo32;\n"
+      " .reg .s64 g, a;\n"
+      " .reg .u64 sp;\n"
+      " .reg .pred p64, ok;\n"
+      " .reg .u32 ti, nz;\n"
+      " mov.u32 ti, %%tid.x;\n"
+      " mov.u32 nz, %%nctaid.z;\n"
+      " setp.ne.u32 ok, ti, 0;\n"
+      " @!ok setp.ne.u32 ok, nz, 1;\n"
+      " @ok bra PF_DONE_%=;\n"
+      " mov.u32 bi, %%ctaid.z;\n"
+      " mov.u32 hi, %%ctaid.y;\n"
+      " mov.u32 ci, %%ctaid.x;\n"
+      " setp.ne.u32 p64, %1, 0;\n"
+      " @p64 mad.wide.u32 sp, bi, 8, %0;\n"
+      " @!p64 mad.wide.u32 sp, bi, 4, %0;\n"
+      " @p64 ld.global.cg.s64 g, [sp];\n"
+      " @!p64 ld.global.cg.s32 lo32, [sp];\n"
+      " @!p64 cvt.s64.s32 g, lo32;\n"
+      " setp.ge.s64 ok, g, 0;\n"
+      " @ok setp.lt.s64 ok, g, %3;\n"
+      " @!ok bra PF_DONE_%=;\n"
+      " rem.u32 ci, ci, %4;\n"
+      " mad.lo.s64 a, g, %5, 0;\n"
+      " mad.wide.u32 a, hi, %6, a;\n"
+      " mad.wide.u32 a, ci, %7, a;\n"
+      " add.s64 a, a, %2;\n"
+      " cp.async.bulk.prefetch.L2.global [a], %7;\n"
+      "PF_DONE_%=:\n"
+      "}\n" ::"l"(p.slots),
+      "r"(uint32_t(p.slots64 ? 1 : 0)), "l"(p.pool), "l"(p.pool_rows), "n"(col_blocks(MODE)),
+      "n"(int64_t(kVHeads) * kHeadK * kHeadV * 4), "n"(kHeadK * kHeadV * 4),
+      "n"(kHeadK * kHeadV * 4 / col_blocks(MODE))
+      : "memory");
   // Every 64-byte line of the parameter block (0x210..0x3dc on sm_90a: 8 lines) read once before
   // pdl_wait(): the first read of a line is a constant-cache miss that stalls the warp (ncu: 6
   // serialized misses, ~5% of the chain-16 launch's samples, all after the wait); parameters are
@@ -678,7 +731,6 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
   // the reads sit on the path before the first loads (step B = 1 5.14 -> 5.34 us with QWEN38_PDL=0).
   // (A value made of one field of each line, stored to a shared word nothing reads:
   // without a use ptxas drops the reads.)
-#if defined(__CUDA_ARCH__)
   {
     __shared__ uint32_t param_sink;
     // (the low words: 32-bit reads, nothing kept live for later)
