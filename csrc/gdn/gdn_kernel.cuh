@@ -687,6 +687,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
   // only. One asm block with its own registers: in C++ the compiler shared the index arithmetic with
   // the kernel's, and the step's 80-register budget spilled (so did a cvta.to.global here; the
   // pointers are used as global addresses as in the library's other asm loads).
+#if __CUDA_ARCH__ >= 900
   asm volatile(
       "{\n"
       " .reg .u32 bi, hi, ci, lo32;\n"
@@ -723,6 +724,7 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
       "n"(int64_t(kVHeads) * kHeadK * kHeadV * 4), "n"(kHeadK * kHeadV * 4),
       "n"(kHeadK * kHeadV * 4 / col_blocks(MODE))
       : "memory");
+#endif
   // Every 64-byte line of the parameter block (0x210..0x3dc on sm_90a: 8 lines) read once before
   // pdl_wait(): the first read of a line is a constant-cache miss that stalls the warp (ncu: 6
   // serialized misses, ~5% of the chain-16 launch's samples, all after the wait); parameters are
