@@ -684,9 +684,10 @@ __global__ void __launch_bounds__(kThreads, MODE == Mode::kStep                 
   // B = 1 4.35 -> 4.07, chain 1 / 16 3.64 / 8.00 -> 3.38 / 7.74, commit B = 1 5.50 -> 5.07, tree 8 /
   // 32 7.88 / 19.1 -> 7.79 / 19.0; but the step at B = 8 16.1 -> 16.5 (not profiled; likely: about
   // half of its 1536 CTAs start only after the previous kernel has ended, and their early read then
-  // waits on the path), hence B = 1 only. One asm block with its own registers: in C++ the compiler shared the index arithmetic with
-  // the kernel's, and the step's 80-register budget spilled (so did a cvta.to.global here; the
-  // pointers are used as global addresses as in the library's other asm loads).
+  // waits on the path), hence B = 1 only. One asm block with its own registers: in C++ the compiler
+  // shared the index arithmetic with the kernel's, and the step's 80-register budget spilled (so did
+  // a cvta.to.global here, and so did dropping the sequence index, 0 at B = 1, from the slot's
+  // address; the pointers are used as global addresses as in the library's other asm loads).
 #if __CUDA_ARCH__ >= 900
   asm volatile(
       "{\n"
