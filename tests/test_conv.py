@@ -131,6 +131,41 @@ def test_tree_and_commit_match_the_reference_fuzz(trees, data):
     qt.assert_bitwise_equal(cs.cpu(), cs_ref, f"conv_commit (tree) state, accepted {accepted.tolist()}")
 
 
+def _offset_copy(t, offset):
+    """A contiguous copy of t starting `offset` elements past an allocation's (16-byte aligned) start."""
+    flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    return flat[offset:].view(t.shape).copy_(t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c,offset", [(C, 0), (C, 1), (100, 0), (200, 3)])
+def test_batch_one_matches_the_reference(c, offset):
+    """B = 1, where the kernels prefetch their state entries into L2 before the previous kernel ends
+    (at the slot read early, read again after the wait): every op equals the reference, with the
+    slot changing from call to call, for a state starting 16-byte aligned or not (offset elements)
+    and rows that do not end on 16 bytes (100 / 200 channels: the prefetch is cut or skipped)."""
+    x, cs, w = _inputs(1, 16, seed=41 + c + offset, c=c)
+    cs = _offset_copy(cs, offset)
+    cs_ref = cs.cpu()
+    for t, sl in enumerate([3, 0, 0, 5, -1, 2]):
+        slots = torch.tensor([sl], device="cuda")
+        want = ref.conv_step(x[:, t].cpu(), cs_ref, w.cpu(), slots.cpu())
+        qt.assert_bitwise_equal(OPS.conv_step(x[:, t], cs, w, slots).cpu(), want, f"step {t} at slot {sl}")
+    qt.assert_bitwise_equal(cs.cpu(), cs_ref, "state after the steps")
+    slots = torch.tensor([4], device="cuda")
+    lengths = torch.tensor([13], device="cuda")
+    qt.assert_bitwise_equal(OPS.conv_chain(x, cs, w, slots, lengths).cpu(),
+                            ref.conv_chain(*_cpu(x, cs, w, slots, lengths)), "conv_chain")
+    parents = _pad_parents([[-1, 0, 1, 1, 0, 4, 5, 5]], 16).cuda()
+    lengths = torch.tensor([8], device="cuda")
+    qt.assert_bitwise_equal(OPS.conv_tree(x, cs, w, slots, parents, lengths).cpu(),
+                            ref.conv_tree(*_cpu(x, cs, w, slots, parents, lengths)), "conv_tree")
+    for acc, par in ((torch.tensor([6], device="cuda"), parents), (torch.tensor([11], device="cuda"), None)):
+        ref.conv_commit(*_cpu(x, cs_ref, slots, acc, par))
+        OPS.conv_commit(x, cs, slots, acc, par)
+        qt.assert_bitwise_equal(cs.cpu(), cs_ref, f"conv_commit ({'tree' if par is not None else 'chain'})")
+
+
 @pytest.mark.gpu
 def test_chain_row_equals_successive_steps_on_the_gpu():
     """Verify == decode on the device itself: chain row t == the (t+1)-th conv_step; the commit of n

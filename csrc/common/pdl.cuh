@@ -7,8 +7,9 @@
 //               (two exceptions: the skinny NVFP4 kernel copies its first weight steps before it
 //               waits - weight tensors are never written by a kernel of this library, and a
 //               foreign kernel does not trigger early, so its writes are complete by then; and the
-//               GDN kernel at B = 1 reads its slot index early only to prefetch the state tile into
-//               L2, reading the index again after the wait - gdn_kernel.cuh);
+//               GDN and conv kernels at B = 1 read their slot index early only to prefetch their
+//               state into L2, reading the index again after the wait - gdn_kernel.cuh,
+//               conv_kernel.cuh);
 //   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
 //               scheduled early (it still waits in its own pdl_wait()): at the start in most
 //               kernels; after the main loop in the head's tiles kernel. There, at the start, the

@@ -116,6 +116,62 @@ template <typename T, typename W, Mode M>
 __global__ void __launch_bounds__(kThreads) conv_kernel(const Params p) {
   const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t b = blockIdx.z;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // At B = 1 (gridDim.z = 1) this CTA's state entries are prefetched into L2 before pdl_wait(), at
+  // the slot the index array holds now: the GDN kernel's tile prefetch (gdn_kernel.cuh), same
+  // reasoning. The early read only steers the prefetch (L2 only, ld.global.cg; the slot is read again
+  // after the wait), and a prefetch changes nothing any load returns, so the data flow stays stream
+  // order. Thread 0 of the token-0 CTA (blockIdx.y = 0) issues one bulk prefetch of its kThreads
+  // channels' kWidth - 1 entries, cut at the row's end and down to whole 16-byte pieces; skipped
+  // when the start is not 16-byte aligned (the bulk prefetch's rule: a state whose channel count
+  // times 3 elements is not a multiple of 16 bytes, or a base pointer off 16 bytes). H200, us, same
+  // call (conv_s32_prefetch_ab.md): step 1.79 -> 1.50, chain T = 4 / 16 1.80 / 3.19 -> 1.62 / 2.89,
+  // tree 4 / 16 2.44 / 4.19 -> 2.20 / 3.90, commit 2.65 -> 2.45; B > 1 skips it (the GDN step
+  // lost at B = 2 / 4 / 8 with its prefetch: gdn_s32_prefetch_rules.md).
+  asm volatile(
+      "{\n"
+      " .reg .u32 ti, nz, cy, cx, lo32, n;\n"
+      " .reg .s64 g, a, cs;\n"
+      " .reg .pred p64, ok;\n"
+      " mov.u32 ti, %%tid.x;\n"
+      " mov.u32 nz, %%nctaid.z;\n"
+      " mov.u32 cy, %%ctaid.y;\n"
+      " setp.ne.u32 ok, ti, 0;\n"
+      " @!ok setp.ne.u32 ok, nz, 1;\n"
+      " @!ok setp.ne.u32 ok, cy, 0;\n"
+      " @ok bra CPF_DONE_%=;\n"
+      " setp.ne.u32 p64, %1, 0;\n"
+      " @p64 ld.global.cg.s64 g, [%0];\n"
+      " @!p64 ld.global.cg.s32 lo32, [%0];\n"
+      " @!p64 cvt.s64.s32 g, lo32;\n"
+      " setp.ge.s64 ok, g, 0;\n"
+      " @ok setp.lt.s64 ok, g, %3;\n"
+      " @!ok bra CPF_DONE_%=;\n"
+      " mov.u32 cx, %%ctaid.x;\n"
+      " mul.lo.u32 cx, cx, %5;\n"
+      " cvt.u64.u32 cs, cx;\n"
+      " sub.s64 cs, %4, cs;\n"
+      " min.s64 cs, cs, %5;\n"
+      " mul.lo.s64 cs, cs, %6;\n"
+      " and.b64 cs, cs, -16;\n"
+      " setp.le.s64 ok, cs, 0;\n"
+      " @ok bra CPF_DONE_%=;\n"
+      " cvt.u32.s64 n, cs;\n"
+      " mul.lo.s64 a, g, %4;\n"
+      " cvt.u64.u32 cs, cx;\n"
+      " add.s64 a, a, cs;\n"
+      " mul.lo.s64 a, a, %6;\n"
+      " add.s64 a, a, %2;\n"
+      " and.b64 cs, a, 15;\n"
+      " setp.ne.s64 ok, cs, 0;\n"
+      " @ok bra CPF_DONE_%=;\n"
+      " cp.async.bulk.prefetch.L2.global [a], n;\n"
+      "CPF_DONE_%=:\n"
+      "}\n" ::"l"(p.slots),
+      "r"(uint32_t(p.slots64 ? 1 : 0)), "l"(p.state), "l"(p.state_rows), "l"(p.channels), "n"(kThreads),
+      "n"(int((kWidth - 1) * sizeof(T)))
+      : "memory");
+#endif
   if (c >= p.channels) return;
   pdl_wait();
   pdl_allow();

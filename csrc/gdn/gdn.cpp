@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -76,6 +77,11 @@ void check_pool(const char* op, const at::Tensor& pool) {
                     num(kHeadV), "], got ", shape_str(pool.sizes()));
   TORCH_CHECK_VALUE(pool.is_contiguous(), "qwen38.", op, ": state_pool must be contiguous, got strides ",
                     shape_str(pool.strides()));
+  // (the chain reads two columns with one 8-byte load, and at B = 1 the kernels prefetch 16-KB
+  // pieces of a head's state with the bulk prefetch, which needs a 16-byte aligned start)
+  TORCH_CHECK_VALUE((reinterpret_cast<uintptr_t>(pool.data_ptr()) & 15u) == 0, "qwen38.", op,
+                    ": state_pool must start 16-byte aligned, got a start ",
+                    num(int64_t(reinterpret_cast<uintptr_t>(pool.data_ptr()) & 15u)), " bytes past a 16-byte boundary");
 }
 
 // reference._check_gdn_inputs. `ref` is q (or k when need_q is false). Returns (B, T).
