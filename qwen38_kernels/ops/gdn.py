@@ -65,8 +65,9 @@ def gdn_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     """One decode token for each of B sequences; updates ``state_pool`` rows ``slots`` in place.
 
     q, k [B, 16, 128], v [B, 48, 128] (bf16/fp16), g [B, 48] fp32, beta [B, 48] (q's dtype or fp32),
-    state_pool [S, 48, 128, 128] fp32 contiguous (CUDA: starting 16-byte aligned), slots [B] int (-1 = padding). ``scale`` multiplies
-    the l2-normalised q (None: 1/sqrt(128), used as fp32). Returns o [B, 48, 128] in q's dtype.
+    state_pool [S, 48, 128, 128] fp32 contiguous (CUDA: starting 16-byte aligned), slots [B] int
+    (-1 = padding). ``scale`` multiplies the l2-normalised q (None: 1/sqrt(128), used as fp32).
+    Returns o [B, 48, 128] in q's dtype.
     """
     return _ops.gdn_step(q, k, v, g, beta, state_pool, slots, scale=scale)
 
