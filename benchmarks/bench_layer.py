@@ -1,0 +1,182 @@
+"""One Qwen3.8-27B GDN decoder layer at B = 1, graph-timed as a whole, beside the sum of its ops timed alone.
+
+    python benchmarks/bench_layer.py [--layers N] [--quick] [--out DIR]
+    python benchmarks/bench_layer.py --smoke      # one eager layer on the CPU (wiring check, no timing)
+
+round.py adds up per-op records, each op timed back to back with itself. Here the ops run in the
+order of a real layer, so what one kernel leaves or prefetches for the next (programmatic dependent
+launch, L2 contents) counts as it would in a decode round. The layer, for one token (MODEL.md):
+
+    h, r  = add_rms_norm(x, r, w_in)                    input norm (zero-centred)
+    qkvz  = nvfp4_linear(h, 16384x5120)                 qkv 10240 + z 6144
+    ba    = nvfp4_linear(h, 96x5120)                    b 48 + a 48
+    qkv   = conv_step(qkvz[:, :10240], conv_state, conv_w, slots)
+    o     = gdn_step_raw(q, k, v, a, b, A_log, dt_bias, pool, slots)   q, k, v: views of qkv
+    o     = rms_norm_gated(o, z, w_gated)
+    y     = nvfp4_linear(o, 5120x6144)
+    h, r  = add_rms_norm(y, r, w_post)                  post-attention norm
+    gu    = nvfp4_linear(h, 34816x5120)                 gate 17408 + up 17408
+    x     = nvfp4_linear(silu(gate) * up, 5120x17408)   silu * up in torch (not a library op)
+
+``--layers`` distinct layers (default 4: ~190 MB of NVFP4 weights each, so every weight read is cold,
+as in a round) are called in turn; the graph holds at least 200 layer calls. Each op alone is timed
+the same way on the same tensors (its arguments captured from an eager pass): rotating over a few
+layers, an op that touches few bytes (norms, the 96-row projection, conv, the GDN step's activations)
+reads them warm alone, unlike bench_norm / bench_nvfp4 / bench_gdn, whose copies exceed the L2. The random weights
+(uniform packed bytes, block scales in [0.5, 2)) make timing inputs, not a model. Writes layer.md
+and layer.json into ``--out`` (default benchmarks/results/<gpu>).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import qwen38_kernels  # noqa: F401  (registers torch.ops.qwen38)
+from qwen38_kernels import bench, ops
+
+HIDDEN, INTER = 5120, 17408
+QKV, Z, HV, HK, D = 10240, 6144, 48, 16, 128
+SHAPES = {"qkvz": (QKV + Z, HIDDEN), "ba": (2 * HV, HIDDEN), "out": (HIDDEN, HV * D),
+          "gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}
+POOL_ROWS = 2
+
+
+def _nvfp4(n: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=device)
+    scale = (torch.rand(n, k // 16, device=device) * 1.5 + 0.5).to(torch.float8_e4m3fn)
+    return packed, scale, torch.tensor(2.0 ** -6, device=device)
+
+
+def make_layer(device, dtype=torch.bfloat16) -> dict:
+    """Weights and state of one GDN layer (random), and the slot it decodes into."""
+    layer = {name: _nvfp4(n, k, device) for name, (n, k) in SHAPES.items()}
+    layer.update(
+        w_in=torch.randn(HIDDEN, dtype=dtype, device=device) * 0.1,
+        w_post=torch.randn(HIDDEN, dtype=dtype, device=device) * 0.1,
+        w_gated=torch.ones(D, dtype=dtype, device=device),
+        conv_w=torch.randn(QKV, 4, dtype=dtype, device=device) * 0.5,
+        conv_state=torch.randn(POOL_ROWS, QKV, 3, dtype=dtype, device=device),
+        A_log=torch.randn(HV, device=device) * 0.5,
+        dt_bias=torch.randn(HV, device=device) * 0.5,
+        pool=torch.randn(POOL_ROWS, HV, D, D, device=device) * 0.01,
+        slots=torch.tensor([1], dtype=torch.int32, device=device),
+    )
+    return layer
+
+
+def layer_ops(L: dict) -> list[tuple[str, callable]]:
+    """The layer as (name, fn(env)) steps; each reads its inputs from and writes its outputs to env."""
+    def lin(name, src, dst):
+        def step(env):
+            env[dst] = ops.nvfp4_linear(env[src], *L[name])
+        return (f"nvfp4_linear {SHAPES[name][0]}x{SHAPES[name][1]} ({name})", step)
+
+    def norm_in(env):
+        env["h"], env["r"] = ops.add_rms_norm(env["x"], env["r"], L["w_in"])
+
+    def conv(env):
+        env["qkv"] = ops.conv_step(env["qkvz"][:, :QKV], L["conv_state"], L["conv_w"], L["slots"])
+
+    def gdn(env):
+        qkv, ba = env["qkv"], env["ba"]
+        q = qkv[:, :HK * D].view(1, HK, D)
+        k = qkv[:, HK * D:2 * HK * D].view(1, HK, D)
+        v = qkv[:, 2 * HK * D:].view(1, HV, D)
+        env["o"] = ops.gdn_step_raw(q, k, v, ba[:, HV:], ba[:, :HV], L["A_log"], L["dt_bias"], L["pool"],
+                                    L["slots"])
+
+    def gated(env):
+        z = env["qkvz"][:, QKV:].view(1, HV, D)
+        env["o2"] = ops.rms_norm_gated(env["o"], z, L["w_gated"]).view(1, HV * D)
+
+    def norm_post(env):
+        env["h"], env["r"] = ops.add_rms_norm(env["y"], env["r"], L["w_post"])
+
+    def silu_mul(env):
+        gu = env["gu"]
+        env["act"] = F.silu(gu[:, :INTER]) * gu[:, INTER:]
+
+    return [("add_rms_norm 5120 (input)", norm_in), lin("qkvz", "h", "qkvz"), lin("ba", "h", "ba"),
+            ("conv_step", conv), ("gdn_step_raw", gdn), ("rms_norm_gated 48x128", gated),
+            lin("out", "o2", "y"), ("add_rms_norm 5120 (post)", norm_post), lin("gate_up", "h", "gu"),
+            ("silu(gate) * up (torch)", silu_mul), lin("down", "act", "x")]
+
+
+def run_layer(steps, env) -> None:
+    for _, fn in steps:
+        fn(env)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=4, help="distinct layers called in turn (cold weights)")
+    p.add_argument("--out", type=Path, default=None, help="result folder (default benchmarks/results/<gpu>)")
+    p.add_argument("--quick", action="store_true", help="2 layers (what scripts/gpu_run.sh --quick passes)")
+    p.add_argument("--smoke", action="store_true", help="one eager layer on the CPU, no timing")
+    args = p.parse_args(argv)
+    if args.layers < 1:
+        p.error("--layers must be at least 1")
+    if args.quick:
+        args.layers = min(args.layers, 2)  # (2 x ~190 MB of weights: still past the L2)
+    torch.manual_seed(0)
+
+    if args.smoke:
+        L = make_layer("cpu")
+        env = {"x": torch.randn(1, HIDDEN, dtype=torch.bfloat16),
+               "r": torch.randn(1, HIDDEN, dtype=torch.bfloat16)}
+        run_layer(layer_ops(L), env)
+        print(f"smoke: one layer on the CPU, x {tuple(env['x'].shape)} {env['x'].dtype}, "
+              f"finite {bool(torch.isfinite(env['x']).all())}")
+        return 0
+    if not torch.cuda.is_available():
+        print("bench_layer needs a CUDA device (or --smoke)", file=sys.stderr)
+        return 2
+
+    dev = "cuda"
+    layers = [make_layer(dev) for _ in bench.progress(range(args.layers), "building layers")]
+    steps = [layer_ops(L) for L in layers]
+    envs = [{"x": torch.randn(1, HIDDEN, dtype=torch.bfloat16, device=dev),
+             "r": torch.randn(1, HIDDEN, dtype=torch.bfloat16, device=dev)} for _ in layers]
+    for s, e in zip(steps, envs):  # an eager pass fills every env with its tensors
+        run_layer(s, e)
+    torch.cuda.synchronize()
+
+    # The whole layer: fn(i) runs layer i on its own env (its output x feeds its next call).
+    layer_us = bench.time_calls(lambda i: run_layer(steps[i], envs[i]), [(i,) for i in range(args.layers)])
+    # Each op alone, rotating over the same layers (each op's inputs are in its env already).
+    per_op = {}
+    for j, (name, _) in enumerate(bench.progress(steps[0], "ops alone")):
+        per_op[name] = bench.time_calls(lambda i, j=j: steps[i][j][1](envs[i]), [(i,) for i in range(args.layers)])
+    total = sum(per_op.values())
+
+    meta = bench.device_meta()
+    meta.update(layers=args.layers, method="bench.time_calls: one CUDA graph of >= 200 calls rotating over "
+                f"{args.layers} layers (distinct weights: cold reads), median of 9 replays, us per call")
+    result = {"meta": meta, "layer_us": round(layer_us, 2), "ops_alone_us": {k: round(v, 2) for k, v in per_op.items()},
+              "ops_alone_sum_us": round(total, 2)}
+    lines = [f"# One GDN decoder layer, B = 1, on {meta.get('device', '?')}", "",
+             f"- {meta['method']}", "- the layer: MODEL.md's GDN layer + MLP; silu(gate) * up by torch",
+             "- alone: the same tensors rotated over the layers (small ops read warm)", "",
+             "| op | alone (us) |", "|---|---|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in per_op.items()]
+    lines += [f"| **sum of the ops alone** | **{total:.2f}** |",
+              f"| **the layer in one graph** | **{layer_us:.2f}** |", "",
+              f"The layer takes {layer_us:.2f} us against {total:.2f} us for its ops alone "
+              f"({(layer_us - total) / total * 100:+.1f}%); the 48 GDN layers of a round (with their MLPs): "
+              f"{48 * layer_us / 1e3:.2f} ms."]
+    out = args.out or Path(__file__).resolve().parent / "results" / bench.gpu_name()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "layer.md").write_text("\n".join(lines) + "\n")
+    (out / "layer.json").write_text(json.dumps(result, indent=1) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out / 'layer.md'} and {out / 'layer.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
