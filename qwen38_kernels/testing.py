@@ -108,6 +108,13 @@ def poisoned_empty(*size, dtype: torch.dtype = torch.float32, device=None, **kwa
     return _fill_poison(torch.empty(*size, dtype=dtype, device=device, **kwargs))
 
 
+def offset_copy(t: torch.Tensor, elems: int) -> torch.Tensor:
+    """A contiguous copy of ``t`` whose data starts ``elems`` elements past an allocation's start
+    (a view the way a slice of a larger buffer is one): for alignment checks and fallbacks."""
+    flat = torch.empty(t.numel() + elems, dtype=t.dtype, device=t.device)
+    return flat[elems:].view(t.shape).copy_(t)
+
+
 # ---- ulps and bits -----------------------------------------------------------------------------
 
 _INT_OF = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,

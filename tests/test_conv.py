@@ -131,12 +131,6 @@ def test_tree_and_commit_match_the_reference_fuzz(trees, data):
     qt.assert_bitwise_equal(cs.cpu(), cs_ref, f"conv_commit (tree) state, accepted {accepted.tolist()}")
 
 
-def _offset_copy(t, offset):
-    """A contiguous copy of t starting `offset` elements past an allocation's (16-byte aligned) start."""
-    flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
-    return flat[offset:].view(t.shape).copy_(t)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("c,offset", [(C, 0), (C, 1), (100, 0), (200, 3)])
 def test_batch_one_matches_the_reference(c, offset):
@@ -145,7 +139,7 @@ def test_batch_one_matches_the_reference(c, offset):
     slot changing from call to call, for a state starting 16-byte aligned or not (offset elements)
     and rows that do not end on 16 bytes (100 / 200 channels: the prefetch is cut or skipped)."""
     x, cs, w = _inputs(1, 16, seed=41 + c + offset, c=c)
-    cs = _offset_copy(cs, offset)
+    cs = qt.offset_copy(cs, offset)
     cs_ref = cs.cpu()
     for t, sl in enumerate([3, 0, 0, 5, -1, 2]):
         slots = torch.tensor([sl], device="cuda")

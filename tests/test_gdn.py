@@ -528,12 +528,6 @@ def test_empty_batch():
 
 # ---- bad input (CUDA) ----------------------------------------------------------------------------
 
-def _misaligned(t):
-    """A contiguous copy of t whose data starts 4 bytes past a 16-byte boundary."""
-    flat = torch.empty(t.numel() + 4, dtype=t.dtype, device=t.device)
-    return flat[1:t.numel() + 1].view(t.shape).copy_(t)
-
-
 def _bad_cases(dev):
     q, k, v, g, beta, pool = _inputs(2, 3, seed=29)
     q, k, v, g, beta, pool = (t.to(dev) for t in (q, k, v, g, beta, pool))
@@ -563,8 +557,8 @@ def _bad_cases(dev):
         ("step pool shape", step, dict(state_pool=pool[:, :16]), "gdn_step: state_pool must have shape", False),
         ("step pool layout", step, dict(state_pool=pool.transpose(2, 3)), "gdn_step: state_pool must be contiguous",
          False),
-        ("step pool misaligned", step, dict(state_pool=_misaligned(pool)), "gdn_step: state_pool must start 16-byte",
-         False),
+        ("step pool misaligned", step, dict(state_pool=qt.offset_copy(pool, 1)),
+         "gdn_step: state_pool must start 16-byte", False),
         ("step scale", step, dict(scale=float("nan")), "gdn_step: scale", False),
         ("step q last dim strided", step, dict(q=torch.cat([q[:, 0], q[:, 0]], -1)[..., ::2]),
          "gdn_step: q must be contiguous in its last dimension", False),

@@ -67,6 +67,8 @@ void check_tensor(const char* op, const char* name, const at::Tensor& t,
                     shape_str(t.strides()));
 }
 
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
 void check_pool(const char* op, const at::Tensor& pool) {
   check_cuda(op, "state_pool", pool);
   TORCH_CHECK_VALUE(pool.scalar_type() == at::kFloat, "qwen38.", op,
@@ -79,7 +81,7 @@ void check_pool(const char* op, const at::Tensor& pool) {
                     shape_str(pool.strides()));
   // (the chain reads two columns with one 8-byte load, and at B = 1 the kernels prefetch 16-KB
   // pieces of a head's state with the bulk prefetch, which needs a 16-byte aligned start)
-  TORCH_CHECK_VALUE((reinterpret_cast<uintptr_t>(pool.data_ptr()) & 15u) == 0, "qwen38.", op,
+  TORCH_CHECK_VALUE(aligned16(pool.data_ptr()), "qwen38.", op,
                     ": state_pool must start 16-byte aligned, got a start ",
                     num(int64_t(reinterpret_cast<uintptr_t>(pool.data_ptr()) & 15u)), " bytes past a 16-byte boundary");
 }
@@ -207,8 +209,6 @@ void check_accepted_values(const char* op, const at::Tensor& accepted, const std
 at::Tensor new_out(const at::Tensor& like, std::vector<int64_t> shape) {
   return new_output(shape, like.options());
 }
-
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 bool rows16(const at::Tensor& t) {  // base and every stride of a [.., 128] tensor in 16-byte units
   if (!aligned16(t.data_ptr())) return false;
