@@ -148,7 +148,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "ring kernel (csrc/gemm/head_kernel.cuh, K split over warps). Each keeps every row's bits those of "
          "its 1-row call at every M; the two sum in different orders, so their bits differ."),
     Knob("QWEN38_HEAD_STAGES", "auto",
-         "(QWEN38_HEAD_KERNEL=tiles) The tiles kernel's cp.async stages of 64 k. auto (default): 4 stages (80 KB, two CTAs an SM on the H200) when the grid of 128-column tiles leaves at most two an SM (V <= 256 x the SM count: the 32768-row draft vocabulary), else 3 (60 KB, three CTAs an SM); 3 or 4: that many. A launch detail for A/B timing: same bits."),
+         "(QWEN38_HEAD_KERNEL=tiles) The tiles kernel's cp.async stages of 64 k. auto (default): of 4 stages (80 KB, two CTAs an SM on the H200) and 3 (60 KB, three CTAs an SM), the count whose last wave of 128-column tiles is the fuller (4 on a tie): 4 for the 32768-row draft vocabulary (256 tiles), 3 for lm_head (1940); 3 or 4: that many. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",
          "(QWEN38_HEAD_KERNEL=ring) Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block; any other value: the default. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_RING32", "argmax",

@@ -1,6 +1,10 @@
 // Instantiations, launch shape and launch of the output-head kernels (see head_kernel.cuh).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/launch.cuh"
 #include "gemm/head_kernel.cuh"
@@ -57,7 +61,31 @@ int tiles_smem(Act act, int stages) {
   return stages == 4 ? head_tiles_smem<__half, 4>() : head_tiles_smem<__half, 3>();
 }
 
+// CTAs an SM of the tiles kernel at `stages` on the current device (the argmax form has the same
+// launch bounds and a little more static shared memory: the plain form stands for both). The first
+// call per (dtype, stages, device) queries; later calls read a cache.
+cudaError_t tiles_occupancy(Act act, int stages, int* per_sm) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  return cached_query(mu, cache, std::make_tuple(int(act), stages, dev), per_sm, [&](int* n) {
+    const HeadFn fn = head_tiles_fn(act, false, stages);
+    const int smem = tiles_smem(act, stages);
+    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, prefill::kThreads, size_t(smem));
+    return err;
+  });
+}
+
 }  // namespace
+
+// How full the grid's waves are: tiles / (slots x ceil(tiles / slots)), 1 when the last wave is full.
+double head_tiles_fill(int64_t tiles, int64_t slots) {
+  if (tiles <= 0 || slots <= 0) return 1.0;
+  const int64_t waves = (tiles + slots - 1) / slots;
+  return double(tiles) / double(waves * slots);
+}
 
 cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, HeadPlan* plan) {
   plan->ksplit = head_k_split(k);
@@ -69,15 +97,25 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
     const int64_t cols = (v + prefill::kBN - 1) / prefill::kBN;
     if (cols > 65535) return cudaErrorInvalidValue;
     plan->blocks = int(cols);
-    // Stages (no bit changes): 3 stages at three CTAs an SM stream a grid of several waves at ~90% of
-    // the read ceiling; a grid that leaves at most two CTAs on an SM (the 32768-row draft vocabulary:
-    // 256 tiles on 132 SMs) has only two CTAs' stages in flight there, so it takes 4 stages.
+    // Stages (no bit changes): the count whose CTAs an SM fill the grid's last wave best. Each CTA
+    // streams its tile's K at a fixed share of the read ceiling, so a wave of CTAs costs about the
+    // same whether full or not: the grid takes ceil(waves) of them. On the H200 3 stages hold three
+    // CTAs an SM and 4 hold two: lm_head's 1940 tiles fill 4.9 waves of 396 slots (3 stages) against
+    // 7.35 of 264; the 32768-row draft vocabulary's 256 tiles fill 0.65 of a wave at 3 stages and
+    // 0.97 at 4; 67584 rows (528 tiles) fill 1.33 waves at 3 (199 us, session 33's timeline lab:
+    // the last 132 CTAs run alone) and exactly 2 at 4. Ties (equal CTAs an SM, as sm_121a's one)
+    // take 4: more bytes in flight a CTA.
     if (stages == 0) {
-      int dev = 0, sms = 0;
+      int dev = 0, sms = 0, per3 = 0, per4 = 0;
       cudaError_t err = cudaGetDevice(&dev);
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      if (err == cudaSuccess) err = tiles_occupancy(act, 3, &per3);
+      if (err == cudaSuccess) err = tiles_occupancy(act, 4, &per4);
       if (err != cudaSuccess) return err;
-      stages = cols <= 2 * int64_t(sms) ? 4 : 3;
+      stages = head_tiles_fill(cols, int64_t(sms) * std::max(per4, 1)) >=
+                       head_tiles_fill(cols, int64_t(sms) * std::max(per3, 1))
+                   ? 4
+                   : 3;
     }
     if (stages != 3 && stages != 4) return cudaErrorInvalidValue;
     plan->stages = stages;
