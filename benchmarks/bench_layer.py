@@ -1,6 +1,6 @@
 """One Qwen3.8-27B GDN decoder layer at B = 1, graph-timed as a whole, beside the sum of its ops timed alone.
 
-    python benchmarks/bench_layer.py [--layers N] [--quick] [--out DIR]
+    python benchmarks/bench_layer.py [--layers N] [--quick] [--no-trace] [--out DIR]
     python benchmarks/bench_layer.py --smoke      # one eager layer on the CPU (wiring check, no timing)
 
 round.py adds up per-op records, each op timed back to back with itself. Here the ops run in the
@@ -22,8 +22,9 @@ launch, L2 contents) counts as it would in a decode round. The layer, for one to
 as in a round) are called in turn; the graph holds at least 200 layer calls. Each op alone is timed
 the same way on the same tensors (its arguments captured from an eager pass): rotating over a few
 layers, an op that touches few bytes (norms, the 96-row projection, conv, the GDN step's activations)
-reads them warm alone, unlike bench_norm / bench_nvfp4 / bench_gdn, whose copies exceed the L2. The random weights
-(uniform packed bytes, block scales in [0.5, 2)) make timing inputs, not a model. Writes layer.md
+reads them warm alone, unlike bench_norm / bench_nvfp4 / bench_gdn, whose copies exceed the L2. Each op's
+cost in place is the layer's time less that of the layer without it. The random weights (uniform packed
+bytes, block scales in [0.5, 2)) make timing inputs, not a model. Writes layer.md
 and layer.json into ``--out`` (default benchmarks/results/<gpu>).
 """
 from __future__ import annotations
@@ -112,12 +113,56 @@ def run_layer(steps, env) -> None:
         fn(env)
 
 
+def trace_layer(steps, envs, rotations: int = 4) -> list[dict]:
+    """The layer's kernels as the GPU ran them: a graph of ``rotations`` x layers layer calls replayed
+    under torch.profiler (CUPTI kernel records, graph kernels included). Per kernel position of a
+    layer call, the median over the calls (the first and last left out) of its start past the layer's
+    first kernel, its duration and its gap after the previous kernel's end (negative: they overlap,
+    as a dependent launch lets them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(rotations):
+            for s, e in zip(steps, envs):
+                run_layer(s, e)
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                      and not e.name.lower().startswith(("memcpy", "memset"))), key=lambda e: e.time_range.start)
+    calls = rotations * len(steps)
+    if not kernels or len(kernels) % calls:
+        print(f"trace: {len(kernels)} kernel records for {calls} layer calls; no per-layer table", file=sys.stderr)
+        return []
+    per = len(kernels) // calls
+    rows = []
+    for j in range(per):
+        starts, durs, gaps = [], [], []
+        for c in range(1, calls - 1):
+            first = kernels[c * per].time_range.start
+            e, prev = kernels[c * per + j], kernels[c * per + j - 1]
+            starts.append(e.time_range.start - first)
+            durs.append(e.time_range.end - e.time_range.start)
+            gaps.append(e.time_range.start - prev.time_range.end)
+        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        rows.append({"kernel": kernels[j].name, "start_us": round(med(starts), 2), "dur_us": round(med(durs), 2),
+                     "gap_us": round(med(gaps), 2)})
+    period = [kernels[(c + 1) * per].time_range.start - kernels[c * per].time_range.start for c in range(1, calls - 1)]
+    rows.append({"kernel": "(next layer)", "start_us": round(sorted(period)[len(period) // 2], 2), "dur_us": 0.0,
+                 "gap_us": 0.0})
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=4, help="distinct layers called in turn (cold weights)")
     p.add_argument("--out", type=Path, default=None, help="result folder (default benchmarks/results/<gpu>)")
     p.add_argument("--quick", action="store_true", help="2 layers (what scripts/gpu_run.sh --quick passes)")
     p.add_argument("--smoke", action="store_true", help="one eager layer on the CPU, no timing")
+    p.add_argument("--no-trace", action="store_true", help="skip the kernel timeline (torch.profiler)")
     args = p.parse_args(argv)
     if args.layers < 1:
         p.error("--layers must be at least 1")
@@ -153,22 +198,47 @@ def main(argv=None) -> int:
     for j, (name, _) in enumerate(bench.progress(steps[0], "ops alone")):
         per_op[name] = bench.time_calls(lambda i, j=j: steps[i][j][1](envs[i]), [(i,) for i in range(args.layers)])
     total = sum(per_op.values())
+    # Each op in the layer: the layer's time less that of the layer without the op (its successor then
+    # follows its predecessor), so what the op costs in place, overlap with its neighbours included.
+    in_layer = {}
+    for j, (name, _) in enumerate(bench.progress(steps[0], "layer less one op")):
+        def without(i, j=j):
+            for jj, (_, fn) in enumerate(steps[i]):
+                if jj != j:
+                    fn(envs[i])
+        in_layer[name] = layer_us - bench.time_calls(without, [(i,) for i in range(args.layers)])
+
+    trace = []
+    if not args.no_trace:
+        try:
+            trace = trace_layer(steps, envs)
+        except Exception as exc:  # the profiler is optional: the timings above stand without it
+            print(f"trace: torch.profiler failed ({type(exc).__name__}: {exc}); no kernel timeline", file=sys.stderr)
 
     meta = bench.device_meta()
     meta.update(layers=args.layers, method="bench.time_calls: one CUDA graph of >= 200 calls rotating over "
                 f"{args.layers} layers (distinct weights: cold reads), median of 9 replays, us per call")
     result = {"meta": meta, "layer_us": round(layer_us, 2), "ops_alone_us": {k: round(v, 2) for k, v in per_op.items()},
-              "ops_alone_sum_us": round(total, 2)}
+              "ops_alone_sum_us": round(total, 2), "ops_in_layer_us": {k: round(v, 2) for k, v in in_layer.items()},
+              "trace": trace}
     lines = [f"# One GDN decoder layer, B = 1, on {meta.get('device', '?')}", "",
              f"- {meta['method']}", "- the layer: MODEL.md's GDN layer + MLP; silu(gate) * up by torch",
-             "- alone: the same tensors rotated over the layers (small ops read warm)", "",
-             "| op | alone (us) |", "|---|---|"]
-    lines += [f"| {k} | {v:.2f} |" for k, v in per_op.items()]
-    lines += [f"| **sum of the ops alone** | **{total:.2f}** |",
-              f"| **the layer in one graph** | **{layer_us:.2f}** |", "",
+             "- alone: the same tensors rotated over the layers (small ops read warm)",
+             "- in the layer: the layer's time less that of the layer without the op", "",
+             "| op | alone (us) | in the layer (us) |", "|---|---|---|"]
+    lines += [f"| {k} | {v:.2f} | {in_layer[k]:.2f} |" for k, v in per_op.items()]
+    lines += [f"| **sum of the ops alone** | **{total:.2f}** | {sum(in_layer.values()):.2f} |",
+              f"| **the layer in one graph** | **{layer_us:.2f}** | |", "",
               f"The layer takes {layer_us:.2f} us against {total:.2f} us for its ops alone "
               f"({(layer_us - total) / total * 100:+.1f}%); the 48 GDN layers of a round (with their MLPs): "
               f"{48 * layer_us / 1e3:.2f} ms."]
+    if trace:
+        lines += ["", "## The layer's kernels as the GPU ran them (torch.profiler, graph replay)", "",
+                  "Medians over the layer calls of one graph: start past the layer's first kernel, duration, and "
+                  "the gap after the previous kernel's end (negative: overlapped under the dependent launch).", "",
+                  "| kernel | start (us) | duration (us) | gap (us) |", "|---|---|---|---|"]
+        lines += [f"| `{r['kernel'][:90]}` | {r['start_us']:.2f} | {r['dur_us']:.2f} | {r['gap_us']:.2f} |"
+                  for r in trace]
     out = args.out or Path(__file__).resolve().parent / "results" / bench.gpu_name()
     out.mkdir(parents=True, exist_ok=True)
     (out / "layer.md").write_text("\n".join(lines) + "\n")
