@@ -34,8 +34,8 @@ __all__ = [
 ]
 
 # One line that says how every number was taken; written into each result's meta and Markdown.
-METHOD = ("one CUDA graph of >= 200 calls rotating over argument copies whose total exceeds L2 (3x L2 "
-          "unless 8192 copies cap it), so reads are cold; median of 9 timed replays; us per call; "
+METHOD = ("one CUDA graph of >= 200 calls rotating over argument copies whose total exceeds 12x L2 "
+          "(unless 8192 copies or 8 GiB cap it), so reads are cold; median of 9 timed replays; us per call; "
           "GB/s = (bytes read + written) / time")
 
 _FALLBACK_L2 = 60 << 20  # the H200's L2, used when the device does not report one
@@ -81,13 +81,17 @@ def device_meta() -> dict[str, Any]:
 
 # ---- timing --------------------------------------------------------------------------------------
 def rotating_copies(make_args: Callable[[int], tuple], bytes_per_call: int, l2: int | None = None,
-                    max_copies: int = 8192, max_bytes: int = 8 << 30, factor: float = 3.0) -> list[tuple]:
+                    max_copies: int = 8192, max_bytes: int = 8 << 30, factor: float = 12.0) -> list[tuple]:
     """Build enough argument copies that cycling through them reads cold memory.
 
     ``make_args(i)`` returns the argument tuple of copy ``i``; ``bytes_per_call`` is what one call
     touches of its copy (inputs and weights). The count makes the total exceed ``factor`` x L2, within
     ``max_copies`` (graph size) and ``max_bytes`` (device memory); at least one copy. Warns when the
     caps leave the total within L2 (such a timing would be warm).
+
+    Why 12: cycling over 3x L2 is not cold on the H200. Its L2 keeps part of the copies: nvfp4_linear
+    16384x5120 at 1 row took 18.6 us over 4 copies (3x) against 22.1 over 16 (12x) and 32 (24x); 34816x5120
+    38.0 against 41.8 (session 33, benchmarks/results/h200/cold_s33.md). 12x and 24x time the same.
     """
     l2 = l2_bytes() if l2 is None else l2
     n = math.floor(factor * l2 / max(bytes_per_call, 1)) + 1
