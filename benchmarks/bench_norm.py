@@ -7,11 +7,13 @@ Ops and shapes (Qwen3.8-27B, bf16 activations, random data):
   rms_norm        [M, 24, 256] q slice of [M, 24, 512]  the per-head q norm on q_proj's q|gate output
   add_rms_norm    [M, 5120] + residual               residual add then the layer norm
   rms_norm_gated  [M, 48, 128] with gate             the GDN output norm (weight [128])
+  silu_mul        [M, 2 x 17408] -> [M, 17408]       the MLP's activation on gate_up's output
 Providers:
   qwen38           the fused op (qwen38_kernels.<op>, the QWEN38_FUSED_NORM path forced on)
   F.rms_norm       torch.nn.functional.rms_norm with (1 + w) precomputed; for add_rms_norm
                    ``F.rms_norm(x + r)``, for rms_norm_gated ``F.rms_norm(x, w) * silu(gate)``.
                    A peer for speed only: its rounding points differ from the contract.
+  F.silu(gate) * up  silu_mul's peer: two torch kernels, the same bits as the op.
   qwen38 v4 shape  the fused op with QWEN38_NORM_STREAM=0 (the v4 launch shapes; same bits): the A/B
   eager_reference  qwen38_kernels.reference.<op> on CUDA tensors (the contract, op by op)
   limit: copy of the same bytes
@@ -37,6 +39,7 @@ from qwen38_kernels import bench, knobs
 from qwen38_kernels import reference as ref
 
 H = 5120          # hidden size
+INTER = 17408     # MLP intermediate size
 Q_HEADS, HEAD_DIM = 24, 256   # attention q heads; q_proj gives [q(256) | gate(256)] per head
 V_HEADS, V_DIM = 48, 128      # GDN v heads
 EPS = 1e-6
@@ -154,6 +157,16 @@ def cases() -> list[Case]:
                  "qwen38 v4 shape": (_same, _v4_shape(lambda x, g, w: q.rms_norm_gated(x, g, w, EPS))),
                  "F.rms_norm": (_same, lambda x, g, w: F.rms_norm(x, (V_DIM,), w, EPS) * F.silu(g)),
                  "eager_reference": (_same, lambda x, g, w: ref.rms_norm_gated(x, g, w, EPS)),
+             }),
+        Case("silu_mul", f"2x{INTER}",
+             make=lambda m: (_randn(m, 2 * INTER),),
+             bytes=lambda m: ES * 3 * m * INTER,
+             touched=lambda m: ES * 2 * m * INTER,
+             providers={
+                 "qwen38": (_same, q.silu_mul),
+                 "qwen38 PDL off": (_same, _no_pdl(q.silu_mul)),
+                 "F.silu(gate) * up": (_same, lambda x: F.silu(x[..., :INTER]) * x[..., INTER:]),
+                 "eager_reference": (_same, ref.silu_mul),
              }),
     ]
 

@@ -20,6 +20,9 @@ TORCH_LIBRARY(qwen38, m) {
   // GDN output norm: n = round(x * rsqrt(mean(x^2) + eps)); m = weight * n (rounded when weight
   // has x's dtype); y = round(m * silu(gate)). x, gate [..., H]; weight [H].
   m.def("rms_norm_gated(Tensor x, Tensor gate, Tensor weight, float eps) -> Tensor");
+  // The gated MLP's activation: x [..., 2I] = (gate, up) as the fused gate_up projection writes it;
+  // y [..., I] = round(round(silu(gate)) * up), silu in fp32 (HF's act_fn(gate) * up, torch's bits).
+  m.def("silu_mul(Tensor x) -> Tensor");
 
   // ---- gemm family (csrc/gemm/) -----------------------------------------------------------
   // y = round(w_global * sum_k x[m,k] * e2m1[n,k] * fp32(w_scale[n,k/16]) + bias[n]): x [..., K]

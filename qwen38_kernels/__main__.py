@@ -2,7 +2,7 @@
 
 Prints info(), runs check() for every op against its reference (PASS/FAIL and the error), and on a
 GPU a short benchmark table of the Qwen3.8-27B decode shapes against the streaming-read ceiling
-measured in the same run (norms, NVFP4 and FP8 GEMMs, the output head, the GDN step and verifies,
+measured in the same run (norms, silu_mul, NVFP4 and FP8 GEMMs, the output head, the GDN step and verifies,
 the conv step and chain; GDN and conv rows count the state and input bytes, latency-bound at B = 1).
 Exits 1 when a check fails; a benchmark row that fails is reported and does not change that.
 """
@@ -50,7 +50,7 @@ def _conv_args(t: int, seed: int, device: str = "cuda") -> tuple:
 def _bench_summary(quick: bool = True) -> dict:
     from . import bench
     from .ops import (add_rms_norm, conv_chain, conv_step, fp8_block_linear, gdn_chain_verify, gdn_step,
-                      gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated)
+                      gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 
     ceiling = bench.measure_read_ceiling()
     rows = []
@@ -70,6 +70,7 @@ def _bench_summary(quick: bool = True) -> dict:
             lambda i: (r(m, 5120), r(m, 5120), r(5120)), (4 * m + 1) * 5120 * 2)
         run("rms_norm_gated", f"{m}x48x128", m, lambda x, g, w: rms_norm_gated(x, g, w),
             lambda i: (r(m, 48, 128), r(m, 48, 128), r(128)), (3 * m * 48 + 1) * 128 * 2)
+        run("silu_mul", f"{m}x(2x17408)", m, silu_mul, lambda i: (r(m, 2 * 17408),), 3 * m * 17408 * 2)
     def nvfp4_args(n, k, m):
         # timing needs valid codes and scales, not a quantized matrix: random bytes, scales 2^-6..2^1
         packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")

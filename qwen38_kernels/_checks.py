@@ -97,3 +97,10 @@ def check_rms_norm_gated(x, gate, weight, eps):
     check_activation(op, "gate", gate, like=x)
     check_weight(op, x, weight)
     check_eps(op, eps)
+
+
+def check_silu_mul(x):
+    op = "silu_mul"
+    check_activation(op, "x", x)
+    if x.shape[-1] % 2:
+        _fail(op, f"x.shape[-1] must be even (gate then up, I each), got {x.shape[-1]} (x shape {_shape(x)})")

@@ -80,6 +80,7 @@ def _norm_cases():
                       (o, _randn(m, 48, 128, scale=2.0), 1.0 + _randn(128, scale=0.1), 1e-6)))
         cases.append((f"rms_norm_gated {m}x48x128 w=fp32", "rms_norm_gated",
                       (o, _randn(m, 48, 128), _randn(128, dtype=torch.float32), 1e-6)))
+        cases.append((f"silu_mul {m}x(2x17408)", "silu_mul", (_randn(m, 2 * 17408, scale=3.0),)))
     return cases
 
 
@@ -99,8 +100,8 @@ def _norm_check(device: str) -> CheckResult:
     for label, fname, args in cases:
         dev_args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
         out = getattr(torch.ops.qwen38, fname)(*dev_args)
-        if fname == "rms_norm_gated":  # an intermediate rounding point: either side of a tie is legal
-            lo, hi = ref.rms_norm_gated_f64_branches(*args)
+        if fname in ("rms_norm_gated", "silu_mul"):  # an intermediate rounding: either side of a tie is legal
+            lo, hi = getattr(ref, f"{fname}_f64_branches")(*args)
             u = int(torch.minimum(ulp_diff(out.cpu(), lo), ulp_diff(out.cpu(), hi)).max())
         else:
             u = _max_ulp(out, getattr(ref, fname)(*args, acc_dtype=torch.float64))
@@ -122,7 +123,7 @@ def _norm_check(device: str) -> CheckResult:
     return CheckResult("norm", device, ok, detail, max_ulp=worst)
 
 
-@register("norm (rms_norm, add_rms_norm, rms_norm_gated)", "cuda")
+@register("norm (rms_norm, add_rms_norm, rms_norm_gated, silu_mul)", "cuda")
 def _norm_cuda():
     return _norm_check("cuda")
 

@@ -19,7 +19,7 @@ class Knob:
 
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_FUSED_NORM", "1",
-         "1: rms_norm / add_rms_norm / rms_norm_gated run the fused CUDA kernels; 0: the wrappers in "
+         "1: rms_norm / add_rms_norm / rms_norm_gated / silu_mul run the fused CUDA kernels; 0: the wrappers in "
          "qwen38_kernels.ops call the pure-PyTorch references instead (eager A/B baseline)."),
     Knob("QWEN38_PDL", "1",
          "1: kernels launch with programmatic dependent launch (sm_90+): a kernel is scheduled while "

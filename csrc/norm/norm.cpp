@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <vector>
 
 #include "common/host.h"
 #include "norm/norm_launch.h"
@@ -100,6 +101,28 @@ at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate, cons
   return y;
 }
 
+at::Tensor silu_mul_cuda(const at::Tensor& x) {
+  constexpr const char* op = "silu_mul";
+  check_cuda(op, "x", x);
+  check_activation(op, "x", x);
+  TORCH_CHECK_VALUE(x.size(-1) % 2 == 0, "qwen38.", op, ": x.shape[-1] must be even (gate then up, I each), got ",
+                    num(x.size(-1)), " (x shape ", shape_str(x.sizes()), ")");
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() /= 2;
+  at::Tensor y = new_output(sizes, x.options());
+  ActParams p;
+  p.x = x.data_ptr();
+  p.y = y.data_ptr();
+  p.inter = sizes.back();
+  p.rows = p.inter == 0 ? 0 : y.numel() / p.inter;
+  p.x_stride = row_stride(op, "x", x);
+  if (p.rows == 0) return y;
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(op, launch_silu_mul(to_dtype(x.scalar_type()), p, knob_enabled("QWEN38_PDL", true),
+                                   at::cuda::getCurrentCUDAStream(x.device().index()).stream()), x);
+  return y;
+}
+
 }  // namespace
 }  // namespace qwen38::norm
 
@@ -107,4 +130,5 @@ TORCH_LIBRARY_IMPL(qwen38, CUDA, m) {
   m.impl("rms_norm", &qwen38::norm::rms_norm_cuda);
   m.impl("add_rms_norm", &qwen38::norm::add_rms_norm_cuda);
   m.impl("rms_norm_gated", &qwen38::norm::rms_norm_gated_cuda);
+  m.impl("silu_mul", &qwen38::norm::silu_mul_cuda);
 }

@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "common/launch.cuh"
+#include "norm/act_kernel.cuh"
 #include "norm/norm_kernel.cuh"
 
 namespace qwen38::norm {
@@ -115,6 +116,28 @@ cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, bool pdl, bo
   if (p.hidden > kMaxHidden) return cudaErrorInvalidValue;  // the host rejects this with a message
   if (act == DType::kBF16) return launch_kind<__nv_bfloat16>(kind, wt, p, pdl, streaming, stream);
   if (act == DType::kF16) return launch_kind<__half>(kind, wt, p, pdl, streaming, stream);
+  return cudaErrorInvalidValue;
+}
+
+namespace {
+
+template <typename T>
+cudaError_t launch_act(const ActParams& p, bool pdl, cudaStream_t stream) {
+  const bool vec = p.inter % 8 == 0 && p.x_stride % 8 == 0 && aligned16(p.x) && aligned16(p.y);
+  const int64_t total = p.rows * (vec ? p.inter / 8 : p.inter);
+  // a grid-stride loop: past 4096 blocks (~4 an SM-slot wave on the H200) each thread takes more
+  const int64_t want = (total + kActThreads - 1) / kActThreads;
+  const unsigned blocks = unsigned(want < 4096 ? want : 4096);
+  return vec ? launch_kernel(silu_mul_kernel<T, true>, dim3(blocks), dim3(kActThreads), 0, stream, pdl, p)
+             : launch_kernel(silu_mul_kernel<T, false>, dim3(blocks), dim3(kActThreads), 0, stream, pdl, p);
+}
+
+}  // namespace
+
+cudaError_t launch_silu_mul(DType act, const ActParams& p, bool pdl, cudaStream_t stream) {
+  if (p.rows == 0 || p.inter == 0) return cudaSuccess;
+  if (act == DType::kBF16) return launch_act<__nv_bfloat16>(p, pdl, stream);
+  if (act == DType::kF16) return launch_act<__half>(p, pdl, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -33,6 +33,16 @@ constexpr int64_t kMaxHiddenElems = 16384;
 cudaError_t launch(Kind kind, DType act, DType wt, const Params& p, bool pdl, bool streaming,
                    cudaStream_t stream);
 
+// silu_mul (act_kernel.cuh): y[r, c] = round(round(silu(x[r, c])) * x[r, inter + c]).
+struct ActParams {
+  const void* x = nullptr;  // [rows, 2 * inter], row stride x_stride (elements), last dim contiguous
+  void* y = nullptr;        // [rows, inter], contiguous
+  int64_t rows = 0, inter = 0, x_stride = 0;
+};
+
+// Launches silu_mul on `stream` (act: kBF16 or kF16); returns the launch error, if any.
+cudaError_t launch_silu_mul(DType act, const ActParams& p, bool pdl, cudaStream_t stream);
+
 // Whether this build holds machine code the current device can run: fills the binary and PTX
 // versions of a representative kernel (e.g. 90 for sm_90a) or returns the error.
 cudaError_t probe_kernel_image(int* binary_version, int* ptx_version);

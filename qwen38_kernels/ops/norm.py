@@ -10,7 +10,7 @@ import torch
 from .. import _checks, knobs
 from ..reference import norm as ref
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "silu_mul"]
 
 _ops = torch.ops.qwen38
 
@@ -47,10 +47,22 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
     return _ops.rms_norm_gated(x, gate, weight, eps)
 
 
+def silu_mul(x: torch.Tensor) -> torch.Tensor:
+    """The gated MLP's activation in one kernel: x [..., 2I] (bf16/fp16, gate then up, as the fused
+    gate_up projection writes it; last dimension contiguous, leading dimensions collapsing into rows)
+    -> y [..., I] = ``round(round(silu(gate)) * up)``, silu in fp32: HF's ``act_fn(gate) * up``, the
+    same bits as ``F.silu(gate) * up`` on CUDA, in one launch (two in torch) that joins the library's
+    dependent-launch chain. Each element depends on its own gate and up only."""
+    if not knobs.enabled("QWEN38_FUSED_NORM"):
+        return ref.silu_mul(x)
+    return _ops.silu_mul(x)
+
+
 # ---- CPU kernels: the references -------------------------------------------------------------
 torch.library.register_kernel("qwen38::rms_norm", "cpu", ref.rms_norm)
 torch.library.register_kernel("qwen38::add_rms_norm", "cpu", ref.add_rms_norm)
 torch.library.register_kernel("qwen38::rms_norm_gated", "cpu", ref.rms_norm_gated)
+torch.library.register_kernel("qwen38::silu_mul", "cpu", ref.silu_mul)
 
 
 # ---- fake kernels ----------------------------------------------------------------------------
@@ -71,3 +83,9 @@ def _add_rms_norm_fake(x, residual, weight, eps, zero_centered):
 def _rms_norm_gated_fake(x, gate, weight, eps):
     _checks.check_rms_norm_gated(x, gate, weight, eps)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("qwen38::silu_mul")
+def _silu_mul_fake(x):
+    _checks.check_silu_mul(x)
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))

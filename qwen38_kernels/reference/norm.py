@@ -22,14 +22,21 @@ rms_norm_gated (the GDN output norm, not zero-centred)::
     m = w * n                                       # in the promoted dtype of (w, x): rounded to
                                                     # x.dtype when w has x's dtype, fp32 when w is fp32
     y = round( m * silu(gate) )                     # silu in fp32, then one rounding to x.dtype
+
+silu_mul (the gated MLP's activation; x [..., 2I] = gate then up, as the fused gate_up projection
+writes it; HF's ``act_fn(gate) * up`` for 16-bit tensors)::
+
+    s = round( silu(gate) )                         # silu(g) = g / (1 + exp(-g)) in fp32, to x.dtype
+    y = round( s * up )                             # the product of two 16-bit values is exact in fp32
 """
 from __future__ import annotations
 
 import torch
 
-from .._checks import check_add_rms_norm, check_rms_norm, check_rms_norm_gated
+from .._checks import check_add_rms_norm, check_rms_norm, check_rms_norm_gated, check_silu_mul
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "rms_norm_gated_f64_branches"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "rms_norm_gated_f64_branches", "silu_mul",
+           "silu_mul_f64_branches"]
 
 
 def _inv_rms(v: torch.Tensor, eps: float) -> torch.Tensor:
@@ -65,6 +72,14 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     return (m * (g * torch.sigmoid(g))).to(x.dtype).contiguous()
 
 
+def silu_mul(x: torch.Tensor, *, acc_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    check_silu_mul(x)
+    i = x.shape[-1] // 2
+    g, u = x[..., :i].to(acc_dtype), x[..., i:].to(acc_dtype)
+    s = (g / (1.0 + torch.exp(-g))).to(x.dtype).to(acc_dtype)
+    return (s * u).to(x.dtype).contiguous()
+
+
 # fp32 evaluations of r = rsqrt(mean(x^2) + eps) differ from the float64 one (and from each other,
 # with the summation order) by a few 2^-24 relative; 2^-18 bounds that with a wide margin.
 _FP32_REL_SLACK = 2.0 ** -18
@@ -93,3 +108,21 @@ def rms_norm_gated_f64_branches(x: torch.Tensor, gate: torch.Tensor, weight: tor
             m = m.to(x.dtype).to(torch.float64)
         outs.append((m * (g * torch.sigmoid(g))).to(x.dtype))
     return outs[0], outs[1]
+
+
+def silu_mul_f64_branches(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two float64 evaluations of ``silu_mul`` that an fp32 evaluation may legitimately match.
+
+    s = silu(gate) is rounded to x.dtype; an fp32 silu (exp within a few fp32 ulp, then a division) lies
+    within 2^-20 relative of the exact value, so where the exact s sits that close to a rounding boundary
+    of x.dtype either neighbour is right. Returns (lo, hi): s nudged down / up by 2^-20 relative before
+    that rounding, then the exact product with up rounded once; they differ only at such boundaries.
+    """
+    check_silu_mul(x)
+    i = x.shape[-1] // 2
+    g, u = x[..., :i].double(), x[..., i:].double()
+    s = g / (1.0 + torch.exp(-g))
+    lo = ((s * (1.0 - 2.0 ** -20)).to(x.dtype).double() * u).to(x.dtype)
+    hi = ((s * (1.0 + 2.0 ** -20)).to(x.dtype).double() * u).to(x.dtype)
+    return lo.contiguous(), hi.contiguous()
+
