@@ -16,10 +16,12 @@ launch, L2 contents) counts as it would in a decode round. The layer, for one to
     y     = nvfp4_linear(o, 5120x6144)
     h, r  = add_rms_norm(y, r, w_post)                  post-attention norm
     gu    = nvfp4_linear(h, 34816x5120)                 gate 17408 + up 17408
-    x     = nvfp4_linear(silu(gate) * up, 5120x17408)   silu * up in torch (not a library op)
+    act   = silu_mul(gu)                                 round(round(silu(gate)) * up)
+    x     = nvfp4_linear(act, 5120x17408)
 
-``--layers`` distinct layers (default 4: ~190 MB of NVFP4 weights each, so every weight read is cold,
-as in a round) are called in turn; the graph holds at least 200 layer calls. Each op alone is timed
+``--layers`` distinct layers (~190 MB of NVFP4 weights each; by default enough that even the smallest
+weight alone, rotated over the layers, reads cold: ~41 on the H200, ~8 GB) are called in turn; the graph
+holds at least 200 layer calls. Each op alone is timed
 the same way on the same tensors (its arguments captured from an eager pass): rotating over a few
 layers, an op that touches few bytes (norms, the 96-row projection, conv, the GDN step's activations)
 reads them warm alone, unlike bench_norm / bench_nvfp4 / bench_gdn, whose copies exceed the L2. Each op's
@@ -35,7 +37,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import qwen38_kernels  # noqa: F401  (registers torch.ops.qwen38)
 from qwen38_kernels import bench, ops
@@ -99,13 +100,12 @@ def layer_ops(L: dict) -> list[tuple[str, callable]]:
         env["h"], env["r"] = ops.add_rms_norm(env["y"], env["r"], L["w_post"])
 
     def silu_mul(env):
-        gu = env["gu"]
-        env["act"] = F.silu(gu[:, :INTER]) * gu[:, INTER:]
+        env["act"] = ops.silu_mul(env["gu"])
 
     return [("add_rms_norm 5120 (input)", norm_in), lin("qkvz", "h", "qkvz"), lin("ba", "h", "ba"),
             ("conv_step", conv), ("gdn_step_raw", gdn), ("rms_norm_gated 48x128", gated),
             lin("out", "o2", "y"), ("add_rms_norm 5120 (post)", norm_post), lin("gate_up", "h", "gu"),
-            ("silu(gate) * up (torch)", silu_mul), lin("down", "act", "x")]
+            ("silu_mul 17408", silu_mul), lin("down", "act", "x")]
 
 
 def run_layer(steps, env) -> None:
@@ -158,16 +158,17 @@ def trace_layer(steps, envs, rotations: int = 4) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layers", type=int, default=4, help="distinct layers called in turn (cold weights)")
+    p.add_argument("--layers", type=int, default=0,
+                   help="distinct layers called in turn (default: enough for every weight alone to read cold)")
     p.add_argument("--out", type=Path, default=None, help="result folder (default benchmarks/results/<gpu>)")
     p.add_argument("--quick", action="store_true", help="2 layers (what scripts/gpu_run.sh --quick passes)")
     p.add_argument("--smoke", action="store_true", help="one eager layer on the CPU, no timing")
     p.add_argument("--no-trace", action="store_true", help="skip the kernel timeline (torch.profiler)")
     args = p.parse_args(argv)
-    if args.layers < 1:
-        p.error("--layers must be at least 1")
-    if args.quick:
-        args.layers = min(args.layers, 2)  # (2 x ~190 MB of weights: still past the L2)
+    if args.layers < 0:
+        p.error("--layers must be at least 1 (0: the default)")
+    if args.quick and args.layers == 0:
+        args.layers = 8  # the layer cold (~1.5 GB of weights), the smaller weights alone partly warm
     torch.manual_seed(0)
 
     if args.smoke:
@@ -183,6 +184,12 @@ def main(argv=None) -> int:
         return 2
 
     dev = "cuda"
+    if args.layers == 0:
+        # Each op alone rotates over the layers' copies of its weight: the smallest (the out projection,
+        # ~18 MB) needs 12x L2 of copies to read cold (bench.rotating_copies, cold_s33.md); at most 8 GiB.
+        small = min(n * k // 2 + n * k // 16 for n, k in SHAPES.values() if n * k >= 5120 * 5120)
+        per_layer = sum(n * k // 2 + n * k // 16 for n, k in SHAPES.values())
+        args.layers = max(4, min(-(-12 * bench.l2_bytes() // small), (8 << 30) // per_layer))
     layers = [make_layer(dev) for _ in bench.progress(range(args.layers), "building layers")]
     steps = [layer_ops(L) for L in layers]
     envs = [{"x": torch.randn(1, HIDDEN, dtype=torch.bfloat16, device=dev),
@@ -222,7 +229,7 @@ def main(argv=None) -> int:
               "ops_alone_sum_us": round(total, 2), "ops_in_layer_us": {k: round(v, 2) for k, v in in_layer.items()},
               "trace": trace}
     lines = [f"# One GDN decoder layer, B = 1, on {meta.get('device', '?')}", "",
-             f"- {meta['method']}", "- the layer: MODEL.md's GDN layer + MLP; silu(gate) * up by torch",
+             f"- {meta['method']}", "- the layer: MODEL.md's GDN layer + MLP (silu_mul: the library's activation op)",
              "- alone: the same tensors rotated over the layers (small ops read warm)",
              "- in the layer: the layer's time less that of the layer without the op", "",
              "| op | alone (us) | in the layer (us) |", "|---|---|---|"]

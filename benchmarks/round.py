@@ -13,14 +13,14 @@ and adds up the ops of one round of the NVFP4 model for one sequence, in two sha
 
 Per layer (64 = 16 x [GDN, GDN, GDN, attention], MODEL.md), with the engines' fused weight shapes:
   every layer   add_rms_norm (input), add_rms_norm (post-attention), MLP gate+up 34816x5120,
-                down 5120x17408
+                silu_mul 17408, down 5120x17408
   GDN (48)      qkv+z 16384x5120, b+a 96x5120, conv, GDN, rms_norm_gated (48 heads), out 5120x6144
   attn (16)     q+k+v 14336x5120, q norm and k norm (the 24x256 q-slice record for each), the
                 attention itself, o_proj 5120x6144
   once          final rms_norm, head_logits 248320x5120 (bf16 head)
 A record at the exact row count is used when there is one, else the next larger row count (an upper
-bound, marked ``>=``); an op with no record at all (decode attention: not built yet; the MLP's
-silu-and-multiply and RoPE: not library ops) is listed as missing, and the total is a lower bound.
+bound, marked ``>=``); an op with no record at all (decode attention: not built yet; RoPE: not a
+library op) is listed as missing, and the total is a lower bound.
 Writes round.md and round.json into ``--out`` (default: the results folder).
 """
 from __future__ import annotations
@@ -129,7 +129,8 @@ def build_round(recs: Records, name: str, rows: int) -> Round:
     rd.lines.append(Line(f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})", ATTN_LAYERS, None,
                          note="not built yet"))
     gemm("attention o_proj", ATTN_LAYERS, "5120x6144")
-    rd.lines.append(Line("MLP silu(gate) * up, RoPE", LAYERS, None, note="not library ops"))
+    add("silu_mul 17408 (MLP activation)", LAYERS, "silu_mul", "2x17408")
+    rd.lines.append(Line("RoPE", ATTN_LAYERS, None, note="not a library op"))
     add("rms_norm 5120 (final)", 1, "rms_norm", "5120")
     add("head_logits 248320x5120 (bf16)", 1, "head", "248320x5120")
     return rd

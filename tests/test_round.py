@@ -64,5 +64,5 @@ def test_the_recorded_h200_round_adds_up():
     for name, rows in (("decode", 1), ("verify 16", 16)):
         rd = rs.build_round(recs, name, rows)
         assert set(rd.missing) == {f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})",
-                                   "MLP silu(gate) * up, RoPE"}
+                                   "RoPE"}
         assert rd.floor_us < rd.total_us
