@@ -9,7 +9,8 @@
 //               foreign kernel does not trigger early, so its writes are complete by then; and the
 //               GDN and conv kernels at B = 1 read their slot index early only to prefetch their
 //               state into L2, reading the index again after the wait - gdn_kernel.cuh,
-//               conv_kernel.cuh);
+//               conv_kernel.cuh; the norm (latency shape) and conv kernels issue an L2 prefetch of
+//               their weights, which returns no data - norm_kernel.cuh, conv_kernel.cuh);
 //   pdl_allow() once this grid needs no more resources of its own, so the next kernel can be
 //               scheduled early (it still waits in its own pdl_wait()): at the start in most
 //               kernels; after the main loop in the head's tiles kernel. There, at the start, the
