@@ -20,7 +20,7 @@ launch, L2 contents) counts as it would in a decode round. The layer, for one to
     x     = nvfp4_linear(act, 5120x17408)
 
 ``--layers`` distinct layers (~190 MB of NVFP4 weights each; by default enough that even the smallest
-weight alone, rotated over the layers, reads cold: ~41 on the H200, ~8 GB) are called in turn; the graph
+weight alone, rotated over the layers, reads cold: 39 on the H200, ~8 GB) are called in turn; the graph
 holds at least 200 layer calls. Each op alone is timed
 the same way on the same tensors (its arguments captured from an eager pass): rotating over a few
 layers, an op that touches few bytes (norms, the 96-row projection, conv, the GDN step's activations)
@@ -161,12 +161,12 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=0,
                    help="distinct layers called in turn (default: enough for every weight alone to read cold)")
     p.add_argument("--out", type=Path, default=None, help="result folder (default benchmarks/results/<gpu>)")
-    p.add_argument("--quick", action="store_true", help="2 layers (what scripts/gpu_run.sh --quick passes)")
+    p.add_argument("--quick", action="store_true", help="8 layers unless --layers says (scripts/gpu_run.sh --quick)")
     p.add_argument("--smoke", action="store_true", help="one eager layer on the CPU, no timing")
     p.add_argument("--no-trace", action="store_true", help="skip the kernel timeline (torch.profiler)")
     args = p.parse_args(argv)
     if args.layers < 0:
-        p.error("--layers must be at least 1 (0: the default)")
+        p.error("--layers must be at least 1 (0 or unset: the default)")
     if args.quick and args.layers == 0:
         args.layers = 8  # the layer cold (~1.5 GB of weights), the smaller weights alone partly warm
     torch.manual_seed(0)

@@ -125,7 +125,7 @@ template <typename T>
 cudaError_t launch_act(const ActParams& p, bool pdl, cudaStream_t stream) {
   const bool vec = p.inter % 8 == 0 && p.x_stride % 8 == 0 && aligned16(p.x) && aligned16(p.y);
   const int64_t total = p.rows * (vec ? p.inter / 8 : p.inter);
-  // a grid-stride loop: past 4096 blocks (~4 an SM-slot wave on the H200) each thread takes more
+  // at most 4096 blocks (about two waves of 128-thread blocks on the H200); a grid-stride loop beyond
   const int64_t want = (total + kActThreads - 1) / kActThreads;
   const unsigned blocks = unsigned(want < 4096 ? want : 4096);
   return vec ? launch_kernel(silu_mul_kernel<T, true>, dim3(blocks), dim3(kActThreads), 0, stream, pdl, p)
