@@ -71,8 +71,9 @@ def make_layer(device, dtype=torch.bfloat16) -> dict:
     return layer
 
 
-def layer_ops(L: dict) -> list[tuple[str, callable]]:
-    """The layer as (name, fn(env)) steps; each reads its inputs from and writes its outputs to env."""
+def layer_ops(L: dict, ba_first: bool = False) -> list[tuple[str, callable]]:
+    """The layer as (name, fn(env)) steps; each reads its inputs from and writes its outputs to env.
+    ``ba_first``: the b+a projection before qkv+z (both read h; an engine may run them in either order)."""
     def lin(name, src, dst):
         def step(env):
             env[dst] = ops.nvfp4_linear(env[src], *L[name])
@@ -102,7 +103,10 @@ def layer_ops(L: dict) -> list[tuple[str, callable]]:
     def silu_mul(env):
         env["act"] = ops.silu_mul(env["gu"])
 
-    return [("add_rms_norm 5120 (input)", norm_in), lin("qkvz", "h", "qkvz"), lin("ba", "h", "ba"),
+    projections = [lin("qkvz", "h", "qkvz"), lin("ba", "h", "ba")]
+    if ba_first:
+        projections.reverse()
+    return [("add_rms_norm 5120 (input)", norm_in), *projections,
             ("conv_step", conv), ("gdn_step_raw", gdn), ("rms_norm_gated 48x128", gated),
             lin("out", "o2", "y"), ("add_rms_norm 5120 (post)", norm_post), lin("gate_up", "h", "gu"),
             ("silu_mul 17408", silu_mul), lin("down", "act", "x")]
@@ -164,6 +168,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="8 layers unless --layers says (scripts/gpu_run.sh --quick)")
     p.add_argument("--smoke", action="store_true", help="one eager layer on the CPU, no timing")
     p.add_argument("--no-trace", action="store_true", help="skip the kernel timeline (torch.profiler)")
+    p.add_argument("--ba-first", action="store_true",
+                   help="the b+a projection before qkv+z (its cluster kernel then follows the norm, not a full grid)")
     args = p.parse_args(argv)
     if args.layers < 0:
         p.error("--layers must be at least 1 (0 or unset: the default)")
@@ -175,7 +181,7 @@ def main(argv=None) -> int:
         L = make_layer("cpu")
         env = {"x": torch.randn(1, HIDDEN, dtype=torch.bfloat16),
                "r": torch.randn(1, HIDDEN, dtype=torch.bfloat16)}
-        run_layer(layer_ops(L), env)
+        run_layer(layer_ops(L, args.ba_first), env)
         print(f"smoke: one layer on the CPU, x {tuple(env['x'].shape)} {env['x'].dtype}, "
               f"finite {bool(torch.isfinite(env['x']).all())}")
         return 0
@@ -191,7 +197,7 @@ def main(argv=None) -> int:
         per_layer = sum(n * k // 2 + n * k // 16 for n, k in SHAPES.values())
         args.layers = max(4, min(-(-12 * bench.l2_bytes() // small), (8 << 30) // per_layer))
     layers = [make_layer(dev) for _ in bench.progress(range(args.layers), "building layers")]
-    steps = [layer_ops(L) for L in layers]
+    steps = [layer_ops(L, args.ba_first) for L in layers]
     envs = [{"x": torch.randn(1, HIDDEN, dtype=torch.bfloat16, device=dev),
              "r": torch.randn(1, HIDDEN, dtype=torch.bfloat16, device=dev)} for _ in layers]
     for s, e in zip(steps, envs):  # an eager pass fills every env with its tensors
@@ -223,7 +229,8 @@ def main(argv=None) -> int:
             print(f"trace: torch.profiler failed ({type(exc).__name__}: {exc}); no kernel timeline", file=sys.stderr)
 
     meta = bench.device_meta()
-    meta.update(layers=args.layers, method="bench.time_calls: one CUDA graph of >= 200 calls rotating over "
+    meta.update(layers=args.layers, ba_first=args.ba_first,
+                method="bench.time_calls: one CUDA graph of >= 200 calls rotating over "
                 f"{args.layers} layers (distinct weights: cold reads), median of 9 replays, us per call")
     result = {"meta": meta, "layer_us": round(layer_us, 2), "ops_alone_us": {k: round(v, 2) for k, v in per_op.items()},
               "ops_alone_sum_us": round(total, 2), "ops_in_layer_us": {k: round(v, 2) for k, v in in_layer.items()},

@@ -35,3 +35,14 @@ def test_layer_runs_on_the_cpu_and_changes_its_state():
 
 def test_smoke_entry_point():
     assert _module().main(["--smoke"]) == 0
+
+
+def test_ba_first_only_reorders_the_projections():
+    bl = _module()
+    layer = bl.make_layer("cpu")
+    names = [n for n, _ in bl.layer_ops(layer)]
+    swapped = [n for n, _ in bl.layer_ops(layer, ba_first=True)]
+    assert sorted(names) == sorted(swapped) and names != swapped
+    assert swapped[1].endswith("(ba)") and swapped[2].endswith("(qkvz)") and names[3:] == swapped[3:]
+    assert _module().main(["--smoke", "--ba-first"]) == 0
+
