@@ -81,6 +81,13 @@ def test_cuda_bits_are_torchs(i, layout, dtype):
     qt.assert_bitwise_equal(OPS.silu_mul(x), want, f"silu_mul {layout} I={i} vs F.silu(gate) * up")
 
 
+def test_cpu_path_is_hf_expression():
+    """On the CPU the op runs the reference, which is HF's `act_fn(gate) * up` itself."""
+    for dtype in DTYPES:
+        x = _x("rows", 16, 1000, dtype, "cpu", scale=8.0, seed=11)
+        qt.assert_bitwise_equal(OPS.silu_mul(x), F.silu(x[:, :1000]) * x[:, 1000:], f"CPU silu_mul {dtype}")
+
+
 @pytest.mark.gpu
 def test_vector_and_elementwise_paths_agree():
     x = qt.randn_nonzero(4, 2 * 1024, dtype=torch.bfloat16, device="cuda", scale=4.0, seed=5)

@@ -51,8 +51,9 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
     """The gated MLP's activation in one kernel: x [..., 2I] (bf16/fp16, gate then up, as the fused
     gate_up projection writes it; last dimension contiguous, leading dimensions collapsing into rows)
     -> y [..., I] = ``round(round(silu(gate)) * up)``, silu in fp32: HF's ``act_fn(gate) * up``, the
-    same bits as ``F.silu(gate) * up`` on CUDA, in one launch (two in torch) that joins the library's
-    dependent-launch chain. Each element depends on its own gate and up only."""
+    same bits as ``F.silu(gate) * up`` (on CUDA one launch instead of torch's two, in the library's
+    dependent-launch chain; on the CPU that expression itself). Each element depends on its own gate
+    and up only."""
     if not knobs.enabled("QWEN38_FUSED_NORM"):
         return ref.silu_mul(x)
     return _ops.silu_mul(x)

@@ -75,6 +75,10 @@ def rms_norm_gated(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
 def silu_mul(x: torch.Tensor, *, acc_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     check_silu_mul(x)
     i = x.shape[-1] // 2
+    if acc_dtype == torch.float32:
+        # HF's expression itself: torch evaluates silu in fp32 (opmath) and rounds to x.dtype, then the
+        # exact product with up rounded once; so the CPU path is HF's MLP activation bit for bit
+        return (torch.nn.functional.silu(x[..., :i]) * x[..., i:]).contiguous()
     g, u = x[..., :i].to(acc_dtype), x[..., i:].to(acc_dtype)
     s = (g / (1.0 + torch.exp(-g))).to(x.dtype).to(acc_dtype)
     return (s * u).to(x.dtype).contiguous()
