@@ -193,8 +193,9 @@ def main(argv=None) -> int:
     if args.layers == 0:
         # Each op alone rotates over the layers' copies of its weight: the smallest (the out projection,
         # ~18 MB) needs 12x L2 of copies to read cold (bench.rotating_copies, cold_s33.md); at most 8 GiB.
-        small = min(n * k // 2 + n * k // 16 for n, k in SHAPES.values() if n * k >= 5120 * 5120)
-        per_layer = sum(n * k // 2 + n * k // 16 for n, k in SHAPES.values())
+        nbytes = {name: n * k // 2 + n * k // 16 for name, (n, k) in SHAPES.items()}  # packed + scales
+        small = min(b for name, b in nbytes.items() if name != "ba")
+        per_layer = sum(nbytes.values())
         args.layers = max(4, min(-(-12 * bench.l2_bytes() // small), (8 << 30) // per_layer))
     layers = [make_layer(dev) for _ in bench.progress(range(args.layers), "building layers")]
     steps = [layer_ops(L, args.ba_first) for L in layers]

@@ -78,14 +78,15 @@ cudaError_t tiles_occupancy(Act act, int stages, int* per_sm) {
   });
 }
 
-}  // namespace
-
-// How full the grid's waves are: tiles / (slots x ceil(tiles / slots)), 1 when the last wave is full.
+// How full the grid's waves are: tiles / (slots x ceil(tiles / slots)), in (0, 1]; 1 when the last
+// wave is full.
 double head_tiles_fill(int64_t tiles, int64_t slots) {
   if (tiles <= 0 || slots <= 0) return 1.0;
   const int64_t waves = (tiles + slots - 1) / slots;
   return double(tiles) / double(waves * slots);
 }
+
+}  // namespace
 
 cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, HeadPlan* plan) {
   plan->ksplit = head_k_split(k);

@@ -40,9 +40,6 @@ struct HeadPlan {
                      // register prefetch)
 };
 
-// The fill of a grid of `tiles` CTAs on `slots` resident CTAs: tiles / (slots x its waves), in (0, 1].
-double head_tiles_fill(int64_t tiles, int64_t slots);
-
 // m: rows of one launch (1..kHeadMaxRows); tiles: the "tiles" kernel (QWEN38_HEAD_KERNEL), else the
 // ring kernel (head_kernel.cuh); both plans query the current device (SM count, occupancy).
 // stages (tiles; QWEN38_HEAD_STAGES): 3 or 4, 0 = the count that fills the last wave best (head_plan).

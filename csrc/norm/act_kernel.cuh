@@ -10,33 +10,22 @@
 // previous kernel), pdl_allow at once (pdl.cuh).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "common/pdl.cuh"
+#include "common/vec.cuh"
 #include "norm/norm_launch.h"
 
 namespace qwen38::norm {
 
 constexpr int kActThreads = 128;
 
-__device__ __forceinline__ float act_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float act_f32(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T act_round(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 act_round<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half act_round<__half>(float v) { return __float2half_rn(v); }
-
 // torch's silu (opmath fp32): g / (1 + exp(-g)); each operation rounded to nearest, no contraction
 __device__ __forceinline__ float silu_torch_f32(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
 
 template <typename T>
 __device__ __forceinline__ T silu_mul_one(T g, T u) {
-  const T s = act_round<T>(silu_torch_f32(act_f32(g)));
-  return act_round<T>(__fmul_rn(act_f32(s), act_f32(u)));
+  return from_f32<T>(__fmul_rn(round_to<T>(silu_torch_f32(to_f32(g))), to_f32(u)));
 }
 
 // VEC: 8 outputs a thread (I % 8 == 0, x 16-byte aligned with a row stride of a multiple of 8).

@@ -107,7 +107,7 @@ at::Tensor silu_mul_cuda(const at::Tensor& x) {
   check_activation(op, "x", x);
   TORCH_CHECK_VALUE(x.size(-1) % 2 == 0, "qwen38.", op, ": x.shape[-1] must be even (gate then up, I each), got ",
                     num(x.size(-1)), " (x shape ", shape_str(x.sizes()), ")");
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() /= 2;
   at::Tensor y = new_output(sizes, x.options());
   ActParams p;
