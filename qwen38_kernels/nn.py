@@ -2,6 +2,7 @@
 
     from qwen38_kernels import nn as qnn
     n = qnn.swap_norms(model)          # Qwen3.5/3.8 RMS norms -> fused kernels, weights shared
+    n = qnn.swap_mlps(model, state_dict, fmt="modelopt")   # MLPs -> NVFP4 gate_up + silu_mul + down
 
 Each module keeps the original's weight Parameter (no copy) and its forward signature; on CUDA it runs
 the fused kernel, on the CPU the reference (the ops' CPU kernels), with the reference's rounding
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import torch
 
-from .ops import nvfp4_linear, rms_norm, rms_norm_gated
-from .formats import NVFP4Weight
+from typing import Callable, Mapping
 
-__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "swap_norms", "NORM_CLASSES"]
+from .ops import nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
+from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
+                      quantize_nvfp4)
+
+__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "swap_norms", "swap_mlps", "NORM_CLASSES",
+           "MLP_CLASSES"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -108,4 +113,125 @@ def swap_norms(model: torch.nn.Module, classes: dict[str, str] | None = None) ->
                 raise ValueError(f"swap_norms: unknown kind {kind!r} for {type(child).__name__}")
             setattr(parent, child_name, new)
             swapped += 1
+    return swapped
+
+
+class NVFP4MLP(torch.nn.Module):
+    """The Qwen gated MLP ``down(silu(gate(x)) * up(x))`` in three launches: one NVFP4 GEMM for gate and
+    up fused along N (``[gate | up]``, 2I rows), ``silu_mul`` (HF's ``act_fn(gate) * up`` bits), and the
+    down projection. Each projection's output is rounded to x's dtype where HF rounds it.
+
+    gate and up are copied once into the fused weight (``formats.fuse_nvfp4``). When their global
+    scales are equal (ModelOpt exports fused layers that way) the fused GEMM applies it; when they
+    differ, the GEMM writes fp32 sums with a global scale of 1 and each half is multiplied by its own
+    scale in fp32 before the one rounding: the same bits as a GEMM applying each shard's scale, at the
+    cost of an fp32 [rows, 2I] intermediate."""
+
+    def __init__(self, gate: NVFP4Weight, up: NVFP4Weight, down: NVFP4Weight):
+        super().__init__()
+        for name, w in (("gate", gate), ("up", up), ("down", down)):
+            if not isinstance(w, NVFP4Weight):
+                raise ValueError(f"NVFP4MLP: {name} must be an NVFP4Weight, got {type(w).__name__}")
+            w.validate()
+        if gate.N != up.N or gate.K != up.K:
+            raise ValueError(f"NVFP4MLP: gate [N, K] = [{gate.N}, {gate.K}] and up [{up.N}, {up.K}] must match")
+        if down.K != gate.N or down.N != gate.K:
+            raise ValueError(f"NVFP4MLP: down must be [hidden, intermediate] = [{gate.K}, {gate.N}], got "
+                             f"[{down.N}, {down.K}]")
+        fused = fuse_nvfp4([gate, up])
+        self.hidden_size, self.intermediate_size = gate.K, gate.N
+        # One host read of two scalars at construction (never in forward).
+        self.shared_global = bool(torch.equal(gate.global_scale.cpu(), up.global_scale.cpu()))
+        if self.shared_global:
+            self.gate_up = NVFP4Linear(NVFP4Weight(fused.packed, fused.scale, gate.global_scale))
+            self.register_buffer("shard_scale", None)
+        else:
+            one = torch.ones((), dtype=torch.float32, device=gate.device)
+            self.gate_up = NVFP4Linear(NVFP4Weight(fused.packed, fused.scale, one), out_dtype=torch.float32)
+            self.register_buffer("shard_scale", torch.cat([gate.global_scale.reshape(1).expand(gate.N),
+                                                           up.global_scale.reshape(1).expand(up.N)]))
+        self.down = NVFP4Linear(down)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.gate_up(x)
+        if self.shard_scale is not None:
+            h = (h * self.shard_scale).to(x.dtype)  # fp32 sum * shard scale in fp32, then one rounding
+        return self.down(silu_mul(h))
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, nvfp4, "
+                f"shared_global={self.shared_global}")
+
+
+# HF MLP class names (gate_proj, up_proj, down_proj; act_fn silu) that swap_mlps replaces.
+MLP_CLASSES: tuple[str, ...] = ("Qwen3_5MLP", "Qwen3NextMLP", "Qwen3MLP", "Qwen2MLP")
+
+_LOADERS = {"modelopt": load_nvfp4_modelopt, "compressed-tensors": load_nvfp4_compressed_tensors}
+
+
+def _is_silu(act) -> bool:
+    return act is torch.nn.functional.silu or isinstance(act, torch.nn.SiLU) or \
+        type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+def _check_linear(mlp: torch.nn.Module, where: str, proj: str) -> torch.Tensor:
+    lin = getattr(mlp, proj, None)
+    if lin is None or not isinstance(getattr(lin, "weight", None), torch.Tensor):
+        raise ValueError(f"swap_mlps: {where} has no {proj} with a weight")
+    if getattr(lin, "bias", None) is not None:
+        raise ValueError(f"swap_mlps: {where}.{proj} has a bias; NVFP4MLP has none")
+    return lin.weight
+
+
+def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | None = None,
+              fmt: str = "modelopt", classes: tuple[str, ...] | None = None,
+              name_map: Callable[[str], str] | None = None, show_progress: bool = False) -> int:
+    """Replaces every submodule whose class name is in ``classes`` (default ``MLP_CLASSES``) by an
+    ``NVFP4MLP``. Returns how many were swapped.
+
+    - With ``state_dict``: the NVFP4 weights of the MLP at module path ``p`` are read with the ``fmt``
+      loader (``"modelopt"`` or ``"compressed-tensors"``, ``formats.load_nvfp4_*``) at prefixes
+      ``{name_map(p)}.gate_proj``, ``.up_proj`` and ``.down_proj`` (``name_map`` defaults to the
+      identity: checkpoint keys named like the model's modules). Missing keys raise ``KeyError``.
+    - Without: each MLP's own weights are quantized with the reference quantizer
+      (``formats.quantize_nvfp4``), gate and up with one shared global scale (as ModelOpt exports fused
+      layers), on the weights' device. For trying the kernels on a bf16 model; not a calibrated
+      quantization.
+
+    The original modules (and, once nothing else holds them, their weights) are dropped.
+    ``show_progress`` draws a progress bar over the MLPs found."""
+    classes = MLP_CLASSES if classes is None else tuple(classes)
+    if state_dict is not None and fmt not in _LOADERS:
+        raise ValueError(f"swap_mlps: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+    found = [(name, mod) for name, mod in model.named_modules() if type(mod).__name__ in classes]
+    parents = {id(child): (parent, child_name) for parent in model.modules()
+               for child_name, child in parent.named_children()}
+    items = found
+    if show_progress:
+        from .bench import progress
+        items = progress(found, desc="swap_mlps", total=len(found))
+    swapped = 0
+    for name, mlp in items:
+        where = name or type(mlp).__name__
+        act = getattr(mlp, "act_fn", None)
+        if act is not None and not _is_silu(act):
+            raise ValueError(f"swap_mlps: {where}.act_fn is {type(act).__name__}, not SiLU")
+        ws = {p: _check_linear(mlp, where, p) for p in ("gate_proj", "up_proj", "down_proj")}
+        if state_dict is not None:
+            prefix = name_map(name) if name_map is not None else name
+            load = _LOADERS[fmt]
+            gate, up, down = (load(state_dict, f"{prefix}.{p}") for p in ("gate_proj", "up_proj", "down_proj"))
+        else:
+            with torch.no_grad():
+                wg, wu = ws["gate_proj"].detach(), ws["up_proj"].detach()
+                amax = torch.maximum(wg.abs().amax().float(), wu.abs().amax().float())
+                g = torch.where(amax > 0, amax / (6.0 * 448.0), torch.ones_like(amax))
+                gate, up = quantize_nvfp4(wg, g), quantize_nvfp4(wu, g)
+                down = quantize_nvfp4(ws["down_proj"].detach())
+        new = NVFP4MLP(gate, up, down)
+        if id(mlp) not in parents:
+            raise ValueError(f"swap_mlps: the model itself is a {type(mlp).__name__}; wrap it in a module")
+        parent, child_name = parents[id(mlp)]
+        setattr(parent, child_name, new)
+        swapped += 1
     return swapped

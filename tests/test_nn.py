@@ -92,3 +92,138 @@ def test_nvfp4_linear_module_matches_the_op_reference():
     from qwen38_kernels.reference import nvfp4_linear
     qt.assert_bitwise_equal(y, nvfp4_linear(x, w.packed, w.scale, w.global_scale, mod.bias), "module vs reference")
     assert "nvfp4" in repr(mod)
+
+
+# ---- the MLP ---------------------------------------------------------------------------------------
+class Qwen3_5MLP(torch.nn.Module):  # noqa: N801  (HF's: gate_proj, up_proj, down_proj, act_fn SiLU)
+    def __init__(self, hidden, inter):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(hidden, inter, bias=False)
+        self.up_proj = torch.nn.Linear(hidden, inter, bias=False)
+        self.down_proj = torch.nn.Linear(inter, hidden, bias=False)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, hidden=128, inter=96):
+        super().__init__()
+        self.mlp = Qwen3_5MLP(hidden, inter)
+
+
+def _mlp_model(device, layers=2):
+    torch.manual_seed(5)
+    return torch.nn.Sequential(*[Layer() for _ in range(layers)]).to(device=device, dtype=torch.bfloat16)
+
+
+def _mlp_reference(x, gate, up, down):
+    """The MLP from the references, each shard with its own global scale: what NVFP4MLP must give."""
+    from qwen38_kernels import reference as ref
+    xc = x.cpu()
+
+    def lin(v, w):
+        return ref.nvfp4_linear(v, w.packed.cpu(), w.scale.cpu(), w.global_scale.cpu(), None, None)
+
+    return lin(ref.silu_mul(torch.cat([lin(xc, gate), lin(xc, up)], dim=-1)), down)
+
+
+def _weights(seed, shared):
+    g = torch.Generator().manual_seed(seed)
+    hidden, inter = 128, 96
+    wg = torch.randn(inter, hidden, generator=g).bfloat16()
+    wu = (torch.randn(inter, hidden, generator=g) * 3).bfloat16()
+    wd = torch.randn(hidden, inter, generator=g).bfloat16()
+    gs = 0.01 if shared else None  # None: each its own amax-derived global scale
+    return formats.quantize_nvfp4(wg, gs), formats.quantize_nvfp4(wu, gs), formats.quantize_nvfp4(wd)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_nvfp4_mlp_is_the_per_shard_reference_on_the_cpu(shared):
+    gate, up, down = _weights(11, shared)
+    mod = qnn.NVFP4MLP(gate, up, down)
+    assert mod.shared_global == shared and (mod.shard_scale is None) == shared
+    x = qt.randn_nonzero(3, 5, 128, seed=12)
+    y = mod(x)
+    assert y.shape == (3, 5, 128) and y.dtype == torch.bfloat16
+    qt.assert_bitwise_equal(y, _mlp_reference(x, gate, up, down), "NVFP4MLP vs the references")
+    assert "shared_global" in repr(mod)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shared", [True, False])
+def test_nvfp4_mlp_on_cuda(shared):
+    from qwen38_kernels import nvfp4_linear, silu_mul
+    gate, up, down = (formats.NVFP4Weight(w.packed.cuda(), w.scale.cuda(), w.global_scale.cuda())
+                      for w in _weights(13, shared))
+    mod = qnn.NVFP4MLP(gate, up, down)
+    x = qt.randn_nonzero(9, 128, device="cuda", seed=14)
+    y = mod(x)
+    fused = formats.fuse_nvfp4([gate, up])
+    # Each half with its own global scale applied by the GEMM itself: the bits the fp32 path must give.
+    h = torch.cat([nvfp4_linear(x, fused.packed, fused.scale, gate.global_scale)[:, :96],
+                   nvfp4_linear(x, fused.packed, fused.scale, up.global_scale)[:, 96:]], dim=-1)
+    want = nvfp4_linear(silu_mul(h), down.packed, down.scale, down.global_scale)
+    qt.assert_bitwise_equal(y, want, "NVFP4MLP vs the GEMM applying each shard's scale")
+    # Against the CPU references: the GEMMs' sum order differs, so a 1-ulp difference of an
+    # intermediate may move an output by a few of its own ulps; nothing more.
+    ref = _mlp_reference(x, gate, up, down).cuda()
+    assert int(qt.ulp_diff(y, ref).max()) <= 8
+    qt.assert_row_invariant(mod, x, max_rows=9)
+    qt.assert_graph_equals_eager(mod, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swap_mlps_quantizes_in_place(device):
+    m = _mlp_model(device)
+    x = qt.randn_nonzero(4, 128, device=device, seed=15)
+    with torch.no_grad():
+        before = [layer.mlp(x) for layer in m]
+    originals = [(lay.mlp.gate_proj.weight.detach(), lay.mlp.up_proj.weight.detach()) for lay in m]
+    assert qnn.swap_mlps(m, show_progress=True) == 2
+    for layer, y0, (wg, wu) in zip(m, before, originals):
+        mod = layer.mlp
+        assert isinstance(mod, qnn.NVFP4MLP) and mod.shared_global  # one global scale for gate and up
+        assert mod.gate_up.w_packed.device.type == device
+        g = torch.maximum(wg.abs().amax(), wu.abs().amax()).float() / (6 * 448)
+        want = formats.fuse_nvfp4([formats.quantize_nvfp4(wg, g), formats.quantize_nvfp4(wu, g)])
+        qt.assert_bitwise_equal(mod.gate_up.w_packed, want.packed, "gate | up codes")
+        qt.assert_bitwise_equal(mod.gate_up.w_scale.view(torch.uint8), want.scale.view(torch.uint8), "scales")
+        y = mod(x)
+        # 4-bit weights: close to the bf16 MLP, not equal (a loose sanity bound on the quantization).
+        assert float((y.float() - y0.float()).norm() / y0.float().norm()) < 0.25
+    assert qnn.swap_mlps(m) == 0  # nothing left to swap
+
+
+def test_swap_mlps_from_a_state_dict():
+    m = _mlp_model("cpu", layers=1)
+    gate, up, down = _weights(16, shared=False)
+    sd = {}
+    for proj, w in (("gate_proj", gate), ("up_proj", up), ("down_proj", down)):
+        sd[f"ckpt.0.mlp.{proj}.weight"] = w.packed
+        sd[f"ckpt.0.mlp.{proj}.weight_scale"] = w.scale
+        sd[f"ckpt.0.mlp.{proj}.weight_scale_2"] = w.global_scale.reshape(1)
+    assert qnn.swap_mlps(m, sd, fmt="modelopt", name_map=lambda p: "ckpt." + p) == 1
+    x = qt.randn_nonzero(2, 128, seed=17)
+    qt.assert_bitwise_equal(m[0].mlp(x), _mlp_reference(x, gate, up, down), "loaded MLP vs the references")
+    with pytest.raises(KeyError, match="model.0.mlp.gate_proj.weight"):
+        qnn.swap_mlps(_mlp_model("cpu", layers=1), sd, name_map=lambda p: "model." + p)
+
+
+def test_swap_mlps_bad_input_is_named():
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        qnn.swap_mlps(_mlp_model("cpu", 1), {}, fmt="gguf")
+    m = _mlp_model("cpu", 1)
+    m[0].mlp.act_fn = torch.nn.GELU()
+    with pytest.raises(ValueError, match="0.mlp.act_fn is GELU, not SiLU"):
+        qnn.swap_mlps(m)
+    m = _mlp_model("cpu", 1)
+    m[0].mlp.up_proj = torch.nn.Linear(128, 96, bias=True).bfloat16()
+    with pytest.raises(ValueError, match="0.mlp.up_proj has a bias"):
+        qnn.swap_mlps(m)
+    gate, up, down = _weights(18, shared=True)
+    with pytest.raises(ValueError, match="down must be"):
+        qnn.NVFP4MLP(gate, up, gate)
+    with pytest.raises(ValueError, match="up must be an NVFP4Weight"):
+        qnn.NVFP4MLP(gate, "up", down)
