@@ -3,6 +3,7 @@
     from qwen38_kernels import nn as qnn
     n = qnn.swap_norms(model)          # Qwen3.5/3.8 RMS norms -> fused kernels, weights shared
     n = qnn.swap_mlps(model, state_dict, fmt="modelopt")   # MLPs -> NVFP4 gate_up + silu_mul + down
+    n = qnn.swap_linears(model, state_dict, fmt="modelopt") # the other NVFP4 projections -> NVFP4Linear
 
 Each module keeps the original's weight Parameter (no copy) and its forward signature; on CUDA it runs
 the fused kernel, on the CPU the reference (the ops' CPU kernels), with the reference's rounding
@@ -19,8 +20,8 @@ from .ops import nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       quantize_nvfp4)
 
-__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "swap_norms", "swap_mlps", "NORM_CLASSES",
-           "MLP_CLASSES"]
+__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "swap_norms", "swap_mlps", "swap_linears",
+           "NORM_CLASSES", "MLP_CLASSES"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -235,3 +236,61 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
         setattr(parent, child_name, new)
         swapped += 1
     return swapped
+
+
+_PACKED_SUFFIX = {"modelopt": "weight_scale", "compressed-tensors": "weight_packed"}
+
+
+def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | None = None,
+                 fmt: str = "modelopt", include: Callable[[str], bool] | None = None,
+                 name_map: Callable[[str], str] | None = None, show_progress: bool = False) -> int:
+    """Replaces ``torch.nn.Linear`` submodules by ``NVFP4Linear`` (keeping each one's bias and output
+    dtype, x's). Returns how many were swapped. Run ``swap_mlps`` first to get the MLPs fused.
+
+    - With ``state_dict``: every Linear at module path ``p`` whose checkpoint prefix ``name_map(p)``
+      (default ``p``) holds an NVFP4 weight in ``fmt`` (``"modelopt"``: a ``{prefix}.weight_scale``
+      key; ``"compressed-tensors"``: ``{prefix}.weight_packed``) and passes ``include(p)``, loaded
+      with ``formats.load_nvfp4_*`` (no copy of the packed bytes). Linears the checkpoint keeps in 16
+      bits (e.g. lm_head, the GDN's b / a projections in some exports) stay as they are.
+    - Without: every Linear passing ``include`` (default: all but ``lm_head``), its weight quantized
+      with the reference quantizer (``formats.quantize_nvfp4``) on its device; a Linear whose
+      in_features is not a multiple of 32 (the kernels' K step) raises ``ValueError`` naming it.
+
+    A loaded weight whose shape differs from the Linear's raises ``ValueError`` naming both."""
+    if fmt not in _LOADERS:
+        raise ValueError(f"swap_linears: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+    if include is None:
+        include = (lambda p: p.split(".")[-1] != "lm_head")
+    found = []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in parent.named_children():
+            if type(child) is not torch.nn.Linear:  # exactly nn.Linear: quantized or custom subclasses stay
+                continue
+            path = f"{parent_name}.{child_name}" if parent_name else child_name
+            if not include(path):
+                continue
+            prefix = name_map(path) if name_map is not None else path
+            if state_dict is not None and f"{prefix}.{_PACKED_SUFFIX[fmt]}" not in state_dict:
+                continue
+            found.append((path, prefix, parent, child_name, child))
+    items = found
+    if show_progress:
+        from .bench import progress
+        items = progress(found, desc="swap_linears", total=len(found))
+    for path, prefix, parent, child_name, lin in items:
+        if state_dict is not None:
+            w = _LOADERS[fmt](state_dict, prefix)
+        else:
+            if lin.in_features % 32:
+                raise ValueError(f"swap_linears: {path} has in_features = {lin.in_features}, not a multiple of 32 "
+                                 "(the NVFP4 kernels' K step); leave it out with include=")
+            with torch.no_grad():
+                w = quantize_nvfp4(lin.weight.detach())
+        if (w.N, w.K) != (lin.out_features, lin.in_features):
+            raise ValueError(f"swap_linears: {path} is a Linear of [out, in] = [{lin.out_features}, "
+                             f"{lin.in_features}] but its NVFP4 weight at {prefix!r} is [{w.N}, {w.K}]")
+        bias = None if lin.bias is None else lin.bias.detach()
+        if bias is not None and bias.device != w.device:
+            bias = bias.to(w.device)
+        setattr(parent, child_name, NVFP4Linear(w, bias=bias))
+    return len(found)

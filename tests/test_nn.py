@@ -227,3 +227,69 @@ def test_swap_mlps_bad_input_is_named():
         qnn.NVFP4MLP(gate, up, gate)
     with pytest.raises(ValueError, match="up must be an NVFP4Weight"):
         qnn.NVFP4MLP(gate, "up", down)
+
+
+# ---- swap_linears ------------------------------------------------------------------------------------
+class Attn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(64, 96, bias=True)
+        self.o_proj = torch.nn.Linear(96, 64, bias=False)
+        self.odd = torch.nn.Linear(40, 8, bias=False)  # in_features not a multiple of 32
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Attn(), Attn()])
+        self.lm_head = torch.nn.Linear(64, 256, bias=False)
+
+
+def _tiny(device="cpu"):
+    torch.manual_seed(21)
+    return TinyLM().to(device=device, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swap_linears_quantizes_in_place(device):
+    m = _tiny(device)
+    want = {p: formats.quantize_nvfp4(m.get_submodule(p).weight.detach())
+            for p in ("layers.0.q_proj", "layers.1.o_proj")}
+    bias = m.layers[0].q_proj.bias
+    assert qnn.swap_linears(m, include=lambda p: not p.endswith(("odd", "lm_head")), show_progress=True) == 4
+    assert isinstance(m.layers[1].q_proj, qnn.NVFP4Linear) and isinstance(m.lm_head, torch.nn.Linear)
+    assert isinstance(m.layers[0].odd, torch.nn.Linear)
+    for p, w in want.items():
+        mod = m.get_submodule(p)
+        qt.assert_bitwise_equal(mod.w_packed, w.packed, p)
+    qt.assert_bitwise_equal(m.layers[0].q_proj.bias, bias, "the bias is kept")
+    x = qt.randn_nonzero(3, 64, device=device, seed=22)
+    from qwen38_kernels import nvfp4_linear
+    w = want["layers.0.q_proj"]
+    qt.assert_bitwise_equal(m.layers[0].q_proj(x), nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias), "q_proj")
+    with pytest.raises(ValueError, match="layers.0.odd has in_features = 40"):
+        qnn.swap_linears(_tiny(device))  # the default include takes odd too
+
+
+def test_swap_linears_from_a_state_dict():
+    m = _tiny()
+    ws = {p: formats.quantize_nvfp4(torch.randn(*m.get_submodule(p).weight.shape).bfloat16())
+          for p in ("layers.0.q_proj", "layers.0.o_proj", "layers.1.q_proj")}
+    sd = {}
+    for p, w in ws.items():  # compressed-tensors: the divisor 1 / global
+        sd[f"model.{p}.weight_packed"] = w.packed
+        sd[f"model.{p}.weight_scale"] = w.scale
+        sd[f"model.{p}.weight_global_scale"] = torch.reciprocal(w.global_scale)
+    sd["model.lm_head.weight"] = torch.zeros(256, 64, dtype=torch.bfloat16)  # a 16-bit tensor: not NVFP4
+    n = qnn.swap_linears(m, sd, fmt="compressed-tensors", name_map=lambda p: "model." + p)
+    assert n == 3 and isinstance(m.layers[1].o_proj, torch.nn.Linear) and isinstance(m.lm_head, torch.nn.Linear)
+    assert m.layers[0].o_proj.w_packed is ws["layers.0.o_proj"].packed  # the state dict's tensor, no copy
+    # a checkpoint weight of another shape is named
+    m = _tiny()
+    bad = {"layers.0.q_proj.weight": ws["layers.0.o_proj"].packed,
+           "layers.0.q_proj.weight_scale": ws["layers.0.o_proj"].scale,
+           "layers.0.q_proj.weight_scale_2": ws["layers.0.o_proj"].global_scale}
+    with pytest.raises(ValueError, match=r"layers.0.q_proj is a Linear of \[out, in\] = \[96, 64\]"):
+        qnn.swap_linears(m, bad)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        qnn.swap_linears(m, bad, fmt="awq")
