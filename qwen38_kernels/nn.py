@@ -199,8 +199,9 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
       layers), on the weights' device. For trying the kernels on a bf16 model; not a calibrated
       quantization.
 
-    The original modules (and, once nothing else holds them, their weights) are dropped.
-    ``show_progress`` draws a progress bar over the MLPs found."""
+    Every replacement is built before the first is put in place, so an error (a missing key, a bad
+    weight) leaves the model as it was; the original modules (and, once nothing else holds them, their
+    weights) are dropped after. ``show_progress`` draws a progress bar over the MLPs found."""
     classes = MLP_CLASSES if classes is None else tuple(classes)
     if state_dict is not None and fmt not in _LOADERS:
         raise ValueError(f"swap_mlps: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
@@ -211,9 +212,11 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
     if show_progress:
         from .bench import progress
         items = progress(found, desc="swap_mlps", total=len(found))
-    swapped = 0
+    built = []
     for name, mlp in items:
         where = name or type(mlp).__name__
+        if id(mlp) not in parents:
+            raise ValueError(f"swap_mlps: the model itself is a {type(mlp).__name__}; wrap it in a module")
         act = getattr(mlp, "act_fn", None)
         if act is not None and not _is_silu(act):
             raise ValueError(f"swap_mlps: {where}.act_fn is {type(act).__name__}, not SiLU")
@@ -229,13 +232,10 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
                 g = torch.where(amax > 0, amax / (6.0 * 448.0), torch.ones_like(amax))
                 gate, up = quantize_nvfp4(wg, g), quantize_nvfp4(wu, g)
                 down = quantize_nvfp4(ws["down_proj"].detach())
-        new = NVFP4MLP(gate, up, down)
-        if id(mlp) not in parents:
-            raise ValueError(f"swap_mlps: the model itself is a {type(mlp).__name__}; wrap it in a module")
-        parent, child_name = parents[id(mlp)]
+        built.append((parents[id(mlp)], NVFP4MLP(gate, up, down)))
+    for (parent, child_name), new in built:
         setattr(parent, child_name, new)
-        swapped += 1
-    return swapped
+    return len(built)
 
 
 _PACKED_SUFFIX = {"modelopt": "weight_scale", "compressed-tensors": "weight_packed"}
@@ -256,7 +256,8 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
       with the reference quantizer (``formats.quantize_nvfp4``) on its device; a Linear whose
       in_features is not a multiple of 32 (the kernels' K step) raises ``ValueError`` naming it.
 
-    A loaded weight whose shape differs from the Linear's raises ``ValueError`` naming both."""
+    A loaded weight whose shape differs from the Linear's raises ``ValueError`` naming both. Every
+    replacement is built before the first is put in place, so an error leaves the model as it was."""
     if fmt not in _LOADERS:
         raise ValueError(f"swap_linears: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
     if include is None:
@@ -272,18 +273,19 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
             prefix = name_map(path) if name_map is not None else path
             if state_dict is not None and f"{prefix}.{_PACKED_SUFFIX[fmt]}" not in state_dict:
                 continue
+            if state_dict is None and child.in_features % 32:
+                raise ValueError(f"swap_linears: {path} has in_features = {child.in_features}, not a multiple of "
+                                 "32 (the NVFP4 kernels' K step); leave it out with include=")
             found.append((path, prefix, parent, child_name, child))
     items = found
     if show_progress:
         from .bench import progress
         items = progress(found, desc="swap_linears", total=len(found))
+    built = []
     for path, prefix, parent, child_name, lin in items:
         if state_dict is not None:
             w = _LOADERS[fmt](state_dict, prefix)
         else:
-            if lin.in_features % 32:
-                raise ValueError(f"swap_linears: {path} has in_features = {lin.in_features}, not a multiple of 32 "
-                                 "(the NVFP4 kernels' K step); leave it out with include=")
             with torch.no_grad():
                 w = quantize_nvfp4(lin.weight.detach())
         if (w.N, w.K) != (lin.out_features, lin.in_features):
@@ -292,5 +294,7 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
         bias = None if lin.bias is None else lin.bias.detach()
         if bias is not None and bias.device != w.device:
             bias = bias.to(w.device)
-        setattr(parent, child_name, NVFP4Linear(w, bias=bias))
-    return len(found)
+        built.append((parent, child_name, NVFP4Linear(w, bias=bias)))
+    for parent, child_name, new in built:
+        setattr(parent, child_name, new)
+    return len(built)

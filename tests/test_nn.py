@@ -209,6 +209,10 @@ def test_swap_mlps_from_a_state_dict():
     qt.assert_bitwise_equal(m[0].mlp(x), _mlp_reference(x, gate, up, down), "loaded MLP vs the references")
     with pytest.raises(KeyError, match="model.0.mlp.gate_proj.weight"):
         qnn.swap_mlps(_mlp_model("cpu", layers=1), sd, name_map=lambda p: "model." + p)
+    m = _mlp_model("cpu", layers=2)  # layer 0 loads, layer 1 has no keys: nothing is swapped
+    with pytest.raises(KeyError, match="ckpt.1.mlp.gate_proj.weight"):
+        qnn.swap_mlps(m, sd, name_map=lambda p: "ckpt." + p)
+    assert not any(isinstance(layer.mlp, qnn.NVFP4MLP) for layer in m)
 
 
 def test_swap_mlps_bad_input_is_named():
@@ -267,8 +271,10 @@ def test_swap_linears_quantizes_in_place(device):
     from qwen38_kernels import nvfp4_linear
     w = want["layers.0.q_proj"]
     qt.assert_bitwise_equal(m.layers[0].q_proj(x), nvfp4_linear(x, w.packed, w.scale, w.global_scale, bias), "q_proj")
+    m = _tiny(device)
     with pytest.raises(ValueError, match="layers.0.odd has in_features = 40"):
-        qnn.swap_linears(_tiny(device))  # the default include takes odd too
+        qnn.swap_linears(m)  # the default include takes odd too
+    assert not any(isinstance(mod, qnn.NVFP4Linear) for mod in m.modules())  # nothing swapped
 
 
 def test_swap_linears_from_a_state_dict():
@@ -284,12 +290,15 @@ def test_swap_linears_from_a_state_dict():
     n = qnn.swap_linears(m, sd, fmt="compressed-tensors", name_map=lambda p: "model." + p)
     assert n == 3 and isinstance(m.layers[1].o_proj, torch.nn.Linear) and isinstance(m.lm_head, torch.nn.Linear)
     assert m.layers[0].o_proj.w_packed is ws["layers.0.o_proj"].packed  # the state dict's tensor, no copy
-    # a checkpoint weight of another shape is named
+    # a checkpoint weight of another shape is named, after a good one: nothing is swapped
     m = _tiny()
-    bad = {"layers.0.q_proj.weight": ws["layers.0.o_proj"].packed,
-           "layers.0.q_proj.weight_scale": ws["layers.0.o_proj"].scale,
-           "layers.0.q_proj.weight_scale_2": ws["layers.0.o_proj"].global_scale}
-    with pytest.raises(ValueError, match=r"layers.0.q_proj is a Linear of \[out, in\] = \[96, 64\]"):
+    bad = {}
+    for p, src in (("layers.0.q_proj", "layers.0.q_proj"), ("layers.0.o_proj", "layers.0.q_proj")):
+        bad[f"{p}.weight"] = ws[src].packed
+        bad[f"{p}.weight_scale"] = ws[src].scale
+        bad[f"{p}.weight_scale_2"] = ws[src].global_scale
+    with pytest.raises(ValueError, match=r"layers.0.o_proj is a Linear of \[out, in\] = \[64, 96\]"):
         qnn.swap_linears(m, bad)
+    assert not any(isinstance(mod, qnn.NVFP4Linear) for mod in m.modules())
     with pytest.raises(ValueError, match="fmt must be one of"):
         qnn.swap_linears(m, bad, fmt="awq")
