@@ -4,6 +4,7 @@
     n = qnn.swap_norms(model)          # Qwen3.5/3.8 RMS norms -> fused kernels, weights shared
     n = qnn.swap_mlps(model, state_dict, fmt="modelopt")   # MLPs -> NVFP4 gate_up + silu_mul + down
     n = qnn.swap_linears(model, state_dict, fmt="modelopt") # the other NVFP4 projections -> NVFP4Linear
+    n = qnn.swap_gdn(model)            # GDN decode steps -> conv_step + gdn_step_raw on HF's cache
 
 Each module keeps the original's weight Parameter (no copy) and its forward signature; on CUDA it runs
 the fused kernel, on the CPU the reference (the ops' CPU kernels), with the reference's rounding
@@ -16,12 +17,12 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
+from .ops import conv_step, gdn_step_raw, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       quantize_nvfp4)
 
-__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "swap_norms", "swap_mlps", "swap_linears",
-           "NORM_CLASSES", "MLP_CLASSES"]
+__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "swap_norms", "swap_mlps",
+           "swap_linears", "swap_gdn", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -298,3 +299,113 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
     for parent, child_name, new in built:
         setattr(parent, child_name, new)
     return len(built)
+
+
+# ---- the Gated DeltaNet's decode step ------------------------------------------------------------------
+# HF GatedDeltaNet class names swap_gdn wraps.
+GDN_CLASSES: tuple[str, ...] = ("Qwen3_5GatedDeltaNet", "Qwen3NextGatedDeltaNet")
+_GDN_GEOMETRY = {"num_k_heads": 16, "num_v_heads": 48, "head_k_dim": 128, "head_v_dim": 128, "conv_kernel_size": 4}
+
+
+class GatedDeltaNetDecode(torch.nn.Module):
+    """Wraps an HF transformers Gated DeltaNet module (``Qwen3_5GatedDeltaNet``, Qwen3-Next's): a
+    one-token decode step with a cache runs the library's ``conv_step`` and ``gdn_step_raw`` on the
+    cache's own state tensors (updated in place, as HF's step does); the projections, the gated norm
+    and out_proj are the wrapped module's own (swapped or not). Anything else (prefill, several tokens,
+    no cache, a cache layout this does not know) runs the wrapped module's forward unchanged.
+
+    Rounding differs from HF's torch step where the library's contract says so: the conv's silu is taken
+    of the fp32 sum (HF's torch fallback rounds the sum to bf16 first), and the recurrence follows the
+    library's fixed fp32 order (``reference.gdn_step``). ``fast_steps`` counts the steps taken here.
+
+    HF's conv state holds the last 4 inputs ``[B, C, 4]``; ``conv_step`` reads the last 3
+    (``[S, C, 3]``): each step copies those 3 into a scratch tensor and shifts HF's state after (two
+    small copies of B x C x 3 elements)."""
+
+    def __init__(self, gdn: torch.nn.Module):
+        super().__init__()
+        for attr, want in _GDN_GEOMETRY.items():
+            got = getattr(gdn, attr, None)
+            if got != want:
+                raise ValueError(f"GatedDeltaNetDecode: {type(gdn).__name__}.{attr} is {got}, the kernels need {want}")
+        if getattr(gdn, "activation", "silu") not in ("silu", "swish"):
+            raise ValueError(f"GatedDeltaNetDecode: activation {gdn.activation!r}, the kernels need silu")
+        if getattr(gdn.conv1d, "bias", None) is not None:
+            raise ValueError("GatedDeltaNetDecode: the conv has a bias; the kernels have none")
+        self.gdn = gdn
+        self.layer_idx = gdn.layer_idx
+        self.fast_steps = 0
+        self._slots: torch.Tensor | None = None
+
+    def _states(self, cache, hidden_states):
+        """HF's (conv_state [B, C, 4], recurrent_state [B, 48, 128, 128] fp32) for a cached decode step,
+        or None where this cache is not the layout known here (then HF's forward runs)."""
+        if cache is None:
+            return None
+        try:
+            if not cache.has_previous_state(self.layer_idx, state_idx=0):
+                return None
+            layer = cache.layers[self.layer_idx]
+            if getattr(layer, "record_past", False):
+                return None
+            conv, rec = layer.conv_states[0], layer.recurrent_states[0]
+        except (AttributeError, TypeError, IndexError, KeyError, ValueError):
+            return None
+        b, c = hidden_states.shape[0], self.gdn.conv_dim
+        if not (isinstance(conv, torch.Tensor) and isinstance(rec, torch.Tensor)):
+            return None
+        if tuple(conv.shape) != (b, c, 4) or conv.dtype != hidden_states.dtype or not conv.is_contiguous():
+            return None
+        if tuple(rec.shape) != (b, 48, 128, 128) or rec.dtype != torch.float32 or not rec.is_contiguous():
+            return None
+        return conv, rec
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        # HF passes the cache as `cache` (newer) or `cache_params` (older), by keyword or first after x
+        cache = kwargs.get("cache", kwargs.get("cache_params", args[0] if args else None))
+        attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        st = self._states(cache, hidden_states) if hidden_states.shape[1] == 1 else None
+        if st is None:
+            return self.gdn(hidden_states, *args, **kwargs)
+        conv, rec = st
+        m, b = self.gdn, hidden_states.shape[0]
+        h = hidden_states
+        if attention_mask is not None and attention_mask.dim() == 2:  # HF's padding mask on the inputs
+            h = (h * attention_mask[:, :, None]).to(h.dtype)
+        x = m.in_proj_qkv(h)[:, 0]                       # [B, 10240]
+        z = m.in_proj_z(h)                               # [B, 1, 6144]
+        bb, a = m.in_proj_b(h)[:, 0], m.in_proj_a(h)[:, 0]  # [B, 48]
+        if self._slots is None or self._slots.shape[0] != b or self._slots.device != x.device:
+            self._slots = torch.arange(b, dtype=torch.int64, device=x.device)
+        prev = conv[:, :, 1:].contiguous()               # the 3 previous inputs, conv_step's layout
+        y = conv_step(x, prev, m.conv1d.weight.squeeze(1), self._slots)  # prev -> (s2, s3, x)
+        conv[:, :, 0].copy_(conv[:, :, 1])               # HF's state -> (s1, s2, s3, x)
+        conv[:, :, 1:].copy_(prev)
+        q = y[:, :2048].view(b, 16, 128)
+        k = y[:, 2048:4096].view(b, 16, 128)
+        v = y[:, 4096:].view(b, 48, 128)
+        o = gdn_step_raw(q, k, v, a, bb, m.A_log, m.dt_bias, rec, self._slots)  # rec updated in place
+        cache.update_recurrent_state(rec, self.layer_idx)
+        o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, 1, -1)
+        self.fast_steps += 1
+        return m.out_proj(o)
+
+
+def swap_gdn(model: torch.nn.Module, classes: tuple[str, ...] | None = None) -> int:
+    """Wraps every submodule whose class name is in ``classes`` (default ``GDN_CLASSES``) in a
+    ``GatedDeltaNetDecode`` (the module itself, its weights and anything swapped inside it are kept).
+    A module of another geometry than the kernels' (16 / 48 heads of 128, conv width 4, silu, no conv
+    bias) raises ``ValueError`` naming it before anything is wrapped. Returns how many were wrapped."""
+    classes = GDN_CLASSES if classes is None else tuple(classes)
+    todo = []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in parent.named_children():
+            if type(child).__name__ in classes:
+                path = f"{parent_name}.{child_name}" if parent_name else child_name
+                try:
+                    todo.append((parent, child_name, GatedDeltaNetDecode(child)))
+                except ValueError as e:
+                    raise ValueError(f"swap_gdn: {path}: {e}") from None
+    for parent, child_name, new in todo:
+        setattr(parent, child_name, new)
+    return len(todo)
