@@ -5,6 +5,7 @@
     n = qnn.swap_mlps(model, state_dict, fmt="modelopt")   # MLPs -> NVFP4 gate_up + silu_mul + down
     n = qnn.swap_linears(model, state_dict, fmt="modelopt") # the other NVFP4 projections -> NVFP4Linear
     n = qnn.swap_gdn(model)            # GDN decode steps -> conv_step + gdn_step_raw on HF's cache
+    qnn.swap_head(model)               # lm_head -> head_logits (fp32 logits), weight shared
 
 Each module keeps the original's weight Parameter (no copy) and its forward signature; on CUDA it runs
 the fused kernel, on the CPU the reference (the ops' CPU kernels), with the reference's rounding
@@ -17,12 +18,12 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import conv_step, gdn_step_raw, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
+from .ops import conv_step, gdn_step_raw, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       quantize_nvfp4)
 
-__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "swap_norms", "swap_mlps",
-           "swap_linears", "swap_gdn", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
+__all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "OutputHead", "swap_norms",
+           "swap_mlps", "swap_linears", "swap_gdn", "swap_head", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -409,3 +410,40 @@ def swap_gdn(model: torch.nn.Module, classes: tuple[str, ...] | None = None) -> 
     for parent, child_name, new in todo:
         setattr(parent, child_name, new)
     return len(todo)
+
+
+# ---- the output head ------------------------------------------------------------------------------------
+class OutputHead(torch.nn.Module):
+    """``lm_head`` as ``head_logits``: fp32 logits ``x @ W.T`` of a 16-bit head weight (the products exact,
+    an fp32 sum in an order fixed by K, every row's bits independent of the row count), where
+    ``nn.Linear`` would round the logits to bf16. Keeps the original weight Parameter (no copy)."""
+
+    def __init__(self, weight: torch.nn.Parameter | torch.Tensor):
+        super().__init__()
+        self.weight = weight if isinstance(weight, torch.nn.Parameter) else torch.nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return head_logits(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"vocab={self.weight.shape[0]}, hidden={self.weight.shape[1]}, fp32 logits"
+
+
+def swap_head(model: torch.nn.Module, name: str = "lm_head") -> OutputHead:
+    """Replaces the ``nn.Linear`` at attribute path ``name`` (default ``lm_head``) by an ``OutputHead``
+    sharing its weight; returns it. The Linear must have no bias, a bf16 / fp16 weight and
+    in_features a multiple of 16 (``ValueError`` naming it otherwise)."""
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    lin = getattr(parent, attr, None)
+    if type(lin) is not torch.nn.Linear:
+        raise ValueError(f"swap_head: {name} must be a torch.nn.Linear, got {type(lin).__name__}")
+    if lin.bias is not None:
+        raise ValueError(f"swap_head: {name} has a bias; head_logits has none")
+    if lin.weight.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"swap_head: {name}.weight must be bfloat16 or float16, got {lin.weight.dtype}")
+    if lin.in_features % 16:
+        raise ValueError(f"swap_head: {name} has in_features = {lin.in_features}, not a multiple of 16")
+    head = OutputHead(lin.weight)
+    setattr(parent, attr, head)
+    return head

@@ -61,9 +61,10 @@ def test_swapped_qwen3_5_computes_what_hf_computes(device):
     # layers, the final norm; 4 MLPs; attention q/k/v/o (4) + GDN qkv/z/b/a/out (5 x 3)
     assert (n_norms, n_mlps, n_lin) == (4 * 2 + 2 + 3 + 1, 4, 4 + 5 * 3)
     assert isinstance(model.lm_head, torch.nn.Linear)
+    qnn.swap_head(model)  # fp32 logits from head_logits instead of the Linear's bf16 ones
     with torch.no_grad():
-        got = model(ids).logits.float()
-    assert got.shape == want.shape
+        got = model(ids).logits
+    assert got.dtype == torch.float32 and got.shape == want.shape
     # The same weights and rounding points, another sum order inside each GEMM and norm: the logits
     # agree to a few bf16 ulps of the hidden states carried through 4 layers.
     err = float((got - want).abs().max() / want.abs().max())

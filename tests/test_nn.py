@@ -302,3 +302,27 @@ def test_swap_linears_from_a_state_dict():
     assert not any(isinstance(mod, qnn.NVFP4Linear) for mod in m.modules())
     with pytest.raises(ValueError, match="fmt must be one of"):
         qnn.swap_linears(m, bad, fmt="awq")
+
+
+# ---- swap_head ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_swap_head_gives_fp32_logits_sharing_the_weight(device):
+    m = _tiny(device)
+    w = m.lm_head.weight
+    x = qt.randn_nonzero(3, 64, device=device, seed=23)
+    head = qnn.swap_head(m)
+    assert m.lm_head is head and head.weight is w  # the same Parameter: no copy
+    y = m.lm_head(x)
+    assert y.dtype == torch.float32 and y.shape == (3, 256)
+    from qwen38_kernels import head_logits
+    qt.assert_bitwise_equal(y, head_logits(x, w), "OutputHead vs head_logits")
+    want = x.double() @ w.double().T  # products exact, fp32 sums of 64 terms: close to float64
+    assert float((y.double() - want).abs().max()) <= 1e-5 * float(want.abs().max()) + 1e-6
+    with pytest.raises(ValueError, match="lm_head must be a torch.nn.Linear, got OutputHead"):
+        qnn.swap_head(m)
+    m2 = _tiny(device)
+    m2.lm_head = torch.nn.Linear(64, 256, bias=True).to(device=device, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="lm_head has a bias"):
+        qnn.swap_head(m2)
+    with pytest.raises(ValueError, match=r"layers.0.odd has in_features = 40, not a multiple of 16"):
+        qnn.swap_head(m2, "layers.0.odd")
