@@ -12,17 +12,23 @@ from qwen38_kernels import nn as qnn
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def _tiny_qwen3_5(device):
+def _hf_qwen3_5(device, k_heads, v_heads, head, seed):
+    """A random HF Qwen3.5 text model: 3 GDN layers (k_heads / v_heads of `head`) and one attention
+    layer, hidden 256, vocab 512, bf16."""
     tr = pytest.importorskip("transformers")
     cfg_cls, lm_cls = getattr(tr, "Qwen3_5TextConfig", None), getattr(tr, "Qwen3_5ForCausalLM", None)
     if cfg_cls is None or lm_cls is None:
         pytest.skip(f"transformers {tr.__version__} has no Qwen3.5 text model")
     cfg = cfg_cls(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=1, head_dim=64, linear_num_key_heads=2,
-                  linear_num_value_heads=6, linear_key_head_dim=64, linear_value_head_dim=64,
+                  num_attention_heads=4, num_key_value_heads=1, head_dim=64, linear_num_key_heads=k_heads,
+                  linear_num_value_heads=v_heads, linear_key_head_dim=head, linear_value_head_dim=head,
                   max_position_embeddings=128)
-    torch.manual_seed(0)
-    model = lm_cls(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    torch.manual_seed(seed)
+    return lm_cls(cfg).to(device=device, dtype=torch.bfloat16).eval()
+
+
+def _tiny_qwen3_5(device):
+    model = _hf_qwen3_5(device, 2, 6, 64, seed=0)
     with torch.no_grad():  # HF initialises the norm weights to constants: give them something to do
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or ".norm.weight" in name:
@@ -73,18 +79,8 @@ def test_swapped_qwen3_5_computes_what_hf_computes(device):
 
 
 def _gdn_qwen3_5(device):
-    """A random HF Qwen3.5 with the real GDN geometry (16 / 48 heads of 128: the kernels'), 3 GDN layers
-    and one attention layer, small hidden size."""
-    tr = pytest.importorskip("transformers")
-    cfg_cls, lm_cls = getattr(tr, "Qwen3_5TextConfig", None), getattr(tr, "Qwen3_5ForCausalLM", None)
-    if cfg_cls is None or lm_cls is None:
-        pytest.skip(f"transformers {tr.__version__} has no Qwen3.5 text model")
-    cfg = cfg_cls(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=1, head_dim=64, linear_num_key_heads=16,
-                  linear_num_value_heads=48, linear_key_head_dim=128, linear_value_head_dim=128,
-                  max_position_embeddings=128)
-    torch.manual_seed(2)
-    return lm_cls(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    """The GDN layers at the real geometry (16 / 48 heads of 128: the kernels')."""
+    return _hf_qwen3_5(device, 16, 48, 128, seed=2)
 
 
 def _decode(model, ids, steps, tokens=None):
