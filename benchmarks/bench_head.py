@@ -17,8 +17,12 @@ Providers:
                      still its 1-row call's)
   qwen38 3 stages    head_logits with QWEN38_HEAD_STAGES=3 (auto gives grids of at most two tiles an SM
                      4 stages: the draft vocabulary); same bits as qwen38
-bytes = the weight (2 V K), the activations (2 M K) and the output the provider writes (fp32 4 M V;
-bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax: 12 M).
+  qwen38 nvfp4 head  the head's weight quantized to NVFP4 (formats.quantize_nvfp4: other logits, the
+                     user's choice) through ``nvfp4_linear(..., out_dtype=torch.float32)``: 0.5625 bytes a
+                     weight instead of 2 (what an NVFP4 lm_head costs; nn.swap_linears can make one)
+bytes = the weight (2 V K; NVFP4: V K / 2 + V K / 16), the activations (2 M K) and the output the provider
+writes (fp32 4 M V; bf16+cast: the bf16 logits written and read once more plus the fp32 written; argmax:
+12 M).
 One weight copy already exceeds L2 many times over, so every call reads it cold.
 Writes head.json / head.meta.json / head.md / head.png (qwen38_kernels.bench.write_results).
 """
@@ -33,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen38_kernels import bench  # the package import registers torch.ops.qwen38
+from qwen38_kernels.formats import quantize_nvfp4
 
 OP = "head"
 DEVICE = "cuda"
@@ -86,6 +91,29 @@ def record_bytes(prov: Provider, m: int, v: int) -> int:
     return 2 * v * K + 2 * m * K + prov.out_bytes(m, v)
 
 
+NVFP4_HEAD = "qwen38 nvfp4 head"
+
+
+def _nvfp4_head(x, packed, scale, g):
+    return torch.ops.qwen38.nvfp4_linear(x, packed, scale, g, None, torch.float32)
+
+
+def _nvfp4_head_bytes(m: int, v: int) -> int:
+    return v * K // 2 + v * K // 16 + 2 * m * K + 4 * m * v
+
+
+def _time_nvfp4_head(q, v: int, m: int) -> tuple[float, int]:
+    """us of the NVFP4 head (q: the quantized weight) at m rows over cold copies, and the copy count."""
+    base = bench.rotating_copies(
+        lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE),
+                   *((q.packed, q.scale) if i == 0 else (q.packed.clone(), q.scale.clone())), q.global_scale),
+        v * K // 2 + v * K // 16 + 2 * m * K)
+    try:
+        return bench.time_calls(_nvfp4_head, base, min_calls=MIN_CALLS), len(base)
+    finally:
+        base = []
+
+
 def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.Record], dict]:
     meta: dict = {}
     if ceiling is None:
@@ -102,6 +130,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
     for v, label in vocabs:
         shape = f"{v}x{K} {label}"
         w = torch.randn(v, K, dtype=DTYPE, device=DEVICE) * (K ** -0.5)
+        q = quantize_nvfp4(w)  # the NVFP4 head's weight (its own provider below)
         for m in bench.progress(rows, f"bench_head {label}"):
             for prov in PROVIDERS:
                 if m < prov.min_rows:
@@ -125,7 +154,16 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
                 records.append(bench.Record.from_timing(OP, prov.name, shape, v, K, m, us,
                                                         record_bytes(prov, m, v), ceiling,
                                                         note=f"{copies} weight copies"))
-        del w
+            try:
+                us, copies = _time_nvfp4_head(q, v, m)
+            except Exception as e:
+                failures.append(f"{OP} {shape} M={m} {NVFP4_HEAD}: {type(e).__name__}: {str(e)[:300]}")
+                print(f"\nFAILED {failures[-1]}", file=sys.stderr)
+            else:
+                records.append(bench.Record.from_timing(OP, NVFP4_HEAD, shape, v, K, m, us, _nvfp4_head_bytes(m, v),
+                                                        ceiling, note=f"{copies} weight copies"))
+            torch.cuda.empty_cache()
+        del w, q
         torch.cuda.empty_cache()
     if skipped:
         meta["skipped"] = skipped

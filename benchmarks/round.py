@@ -18,9 +18,10 @@ Per layer (64 = 16 x [GDN, GDN, GDN, attention], MODEL.md), with the engines' fu
   attn (16)     q+k+v 14336x5120, q norm and k norm (the 24x256 q-slice record for each), the
                 attention itself, o_proj 5120x6144
   once          final rms_norm, head_logits 248320x5120 (bf16 head)
-A record at the exact row count is used when there is one, else the next larger row count (an upper
-bound, marked ``>=``); an op with no record at all (decode attention: not built yet; RoPE: not a
-library op) is listed as missing, and the total is a lower bound.
+Where bench_head also timed the head's weight in NVFP4 (provider ``qwen38 nvfp4 head``), two more rounds
+use that instead of the bf16 head. A record at the exact row count is used when there is one, else the
+next larger row count (an upper bound, marked ``>=``); an op with no record at all (decode attention:
+not built yet; RoPE: not a library op) is listed as missing, and the total is a lower bound.
 Writes round.md and round.json into ``--out`` (default: the results folder).
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 GDN_LAYERS, ATTN_LAYERS = 48, 16
+NVFP4_HEAD = "qwen38 nvfp4 head"  # bench_head's provider: the head's weight in NVFP4 (nvfp4_linear, fp32 out)
 GB10_GBPS = 230.0  # GB10 (DGX Spark) LPDDR5X read bandwidth a stream reaches (the brief's figure)
 LAYERS = GDN_LAYERS + ATTN_LAYERS
 
@@ -88,23 +90,25 @@ class Records:
             if f.exists():
                 data = json.loads(f.read_text())
                 self.recs += [r for r in (data if isinstance(data, list) else data["records"])
-                              if r.get("provider") == "qwen38"]
+                              if r.get("provider") in ("qwen38", NVFP4_HEAD)]
 
-    def at(self, op: str, shape_prefix: str, rows: int) -> tuple:
-        """(us, rows used, us at the read ceiling, bytes) of ``op`` on the first shape starting with
-        ``shape_prefix`` at ``rows`` rows, or at the smallest larger row count recorded; Nones if none."""
+    def at(self, op: str, shape_prefix: str, rows: int, provider: str = "qwen38") -> tuple:
+        """(us, rows used, us at the read ceiling, bytes) of ``op`` (``provider``'s record) on the first
+        shape starting with ``shape_prefix`` at ``rows`` rows, or at the smallest larger row count
+        recorded; Nones if none."""
         cands = sorted((r["M"], r["us"], 1e-3 * r["bytes"] / r["ceiling_GBps"], r["bytes"]) for r in self.recs
-                       if r["op"] == op and r["shape"].startswith(shape_prefix) and r["M"] >= rows)
+                       if r["op"] == op and r.get("provider") == provider and r["shape"].startswith(shape_prefix)
+                       and r["M"] >= rows)
         if not cands:
             return None, None, None, None
         return cands[0][1], cands[0][0], cands[0][2], cands[0][3]
 
 
-def build_round(recs: Records, name: str, rows: int) -> Round:
+def build_round(recs: Records, name: str, rows: int, nvfp4_head: bool = False) -> Round:
     rd = Round(name, rows)
 
-    def add(what, count, op, shape, at_rows=None, note=""):
-        us, used, floor, nbytes = recs.at(op, shape, rows if at_rows is None else at_rows)
+    def add(what, count, op, shape, at_rows=None, note="", provider="qwen38"):
+        us, used, floor, nbytes = recs.at(op, shape, rows if at_rows is None else at_rows, provider)
         rd.lines.append(Line(what, count, us, used, note, floor, nbytes))
 
     def gemm(what, count, shape):
@@ -132,7 +136,11 @@ def build_round(recs: Records, name: str, rows: int) -> Round:
     add("silu_mul 17408 (MLP activation)", LAYERS, "silu_mul", "2x17408")
     rd.lines.append(Line("RoPE", ATTN_LAYERS, None, note="not a library op"))
     add("rms_norm 5120 (final)", 1, "rms_norm", "5120")
-    add("head_logits 248320x5120 (bf16)", 1, "head", "248320x5120")
+    if nvfp4_head:
+        add("nvfp4_linear 248320x5120 (the head in NVFP4, fp32 logits)", 1, "head", "248320x5120",
+            provider=NVFP4_HEAD)
+    else:
+        add("head_logits 248320x5120 (bf16)", 1, "head", "248320x5120")
     return rd
 
 
@@ -171,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no benchmark records in {args.results}", file=sys.stderr)
         return 1
     rounds = [build_round(recs, "decode", 1), build_round(recs, "verify 16", 16)]
+    if recs.at("head", "248320x5120", 1, NVFP4_HEAD)[0] is not None:  # bench_head timed an NVFP4 head
+        rounds += [build_round(recs, "decode, NVFP4 head", 1, nvfp4_head=True),
+                   build_round(recs, "verify 16, NVFP4 head", 16, nvfp4_head=True)]
     out = args.out or args.results
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(rounds, args.results)

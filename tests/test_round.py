@@ -66,3 +66,23 @@ def test_the_recorded_h200_round_adds_up():
         assert set(rd.missing) == {f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})",
                                    "RoPE"}
         assert rd.floor_us < rd.total_us
+
+
+def test_an_nvfp4_head_record_adds_two_rounds(tmp_path):
+    """bench_head's `qwen38 nvfp4 head` records (the head's weight in NVFP4) give two more rounds with
+    that head in place of the bf16 one; the bf16 rounds keep theirs."""
+    rs = _round_module()
+    res = tmp_path / "gpu"
+    _write(res, "head", [_rec("head", "248320x5120 lm_head", 1, 580.0, nbytes=2_543_000_000),
+                         _rec("head", "248320x5120 lm_head", 1, 300.0, nbytes=715_000_000,
+                              provider=rs.NVFP4_HEAD)])
+    assert rs.main(["--results", str(res), "--out", str(tmp_path / "out")]) == 0
+    rounds = {r["name"]: r for r in json.loads((tmp_path / "out" / "round.json").read_text())}
+    assert set(rounds) == {"decode", "verify 16", "decode, NVFP4 head", "verify 16, NVFP4 head"}
+    head = [x for x in rounds["decode"]["lines"] if x["what"].startswith("head_logits")][0]
+    nv = [x for x in rounds["decode, NVFP4 head"]["lines"] if "the head in NVFP4" in x["what"]][0]
+    assert head["us_each"] == 580.0 and nv["us_each"] == 300.0 and nv["bytes_each"] == 715_000_000
+    assert rounds["decode"]["total_us"] - rounds["decode, NVFP4 head"]["total_us"] == 280.0
+    _write(res, "head", [_rec("head", "248320x5120 lm_head", 1, 580.0)])  # no NVFP4 record: two rounds
+    assert rs.main(["--results", str(res), "--out", str(tmp_path / "out")]) == 0
+    assert len(json.loads((tmp_path / "out" / "round.json").read_text())) == 2
