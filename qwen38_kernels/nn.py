@@ -429,10 +429,13 @@ class OutputHead(torch.nn.Module):
         return f"vocab={self.weight.shape[0]}, hidden={self.weight.shape[1]}, fp32 logits"
 
 
-def swap_head(model: torch.nn.Module, name: str = "lm_head") -> OutputHead:
+def swap_head(model: torch.nn.Module, name: str = "lm_head", state_dict: Mapping[str, torch.Tensor] | None = None,
+              fmt: str = "modelopt") -> torch.nn.Module:
     """Replaces the ``nn.Linear`` at attribute path ``name`` (default ``lm_head``) by an ``OutputHead``
-    sharing its weight; returns it. The Linear must have no bias, a bf16 / fp16 weight and
-    in_features a multiple of 16 (``ValueError`` naming it otherwise)."""
+    sharing its weight (fp32 logits of the 16-bit weight), or, where ``state_dict`` holds an NVFP4 weight
+    for that prefix in ``fmt`` (as for ``swap_linears``), by an ``NVFP4Linear`` with fp32 output (an
+    NVFP4 head: 0.5625 bytes a weight instead of 2). Returns the new module. The Linear must have no
+    bias, a bf16 / fp16 weight and in_features a multiple of 16 (``ValueError`` naming it otherwise)."""
     parent_name, _, attr = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     lin = getattr(parent, attr, None)
@@ -440,6 +443,17 @@ def swap_head(model: torch.nn.Module, name: str = "lm_head") -> OutputHead:
         raise ValueError(f"swap_head: {name} must be a torch.nn.Linear, got {type(lin).__name__}")
     if lin.bias is not None:
         raise ValueError(f"swap_head: {name} has a bias; head_logits has none")
+    if state_dict is not None:
+        if fmt not in _LOADERS:
+            raise ValueError(f"swap_head: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+        if f"{name}.{_PACKED_SUFFIX[fmt]}" in state_dict:
+            w = _LOADERS[fmt](state_dict, name)
+            if (w.N, w.K) != (lin.out_features, lin.in_features):
+                raise ValueError(f"swap_head: {name} is a Linear of [out, in] = [{lin.out_features}, "
+                                 f"{lin.in_features}] but its NVFP4 weight is [{w.N}, {w.K}]")
+            head = NVFP4Linear(w, out_dtype=torch.float32)
+            setattr(parent, attr, head)
+            return head
     if lin.weight.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"swap_head: {name}.weight must be bfloat16 or float16, got {lin.weight.dtype}")
     if lin.in_features % 16:

@@ -326,3 +326,19 @@ def test_swap_head_gives_fp32_logits_sharing_the_weight(device):
         qnn.swap_head(m2)
     with pytest.raises(ValueError, match=r"layers.0.odd has in_features = 40, not a multiple of 16"):
         qnn.swap_head(m2, "layers.0.odd")
+
+
+def test_swap_head_from_an_nvfp4_state_dict():
+    m = _tiny()
+    w = formats.quantize_nvfp4(m.lm_head.weight.detach())
+    sd = {"lm_head.weight": w.packed, "lm_head.weight_scale": w.scale, "lm_head.weight_scale_2": w.global_scale}
+    head = qnn.swap_head(m, state_dict=sd)
+    assert isinstance(head, qnn.NVFP4Linear) and m.lm_head is head and head.out_dtype == torch.float32
+    x = qt.randn_nonzero(3, 64, seed=24)
+    from qwen38_kernels import nvfp4_linear
+    qt.assert_bitwise_equal(m.lm_head(x), nvfp4_linear(x, w.packed, w.scale, w.global_scale, None, torch.float32),
+                            "NVFP4 head vs the op")
+    m2 = _tiny()  # no NVFP4 keys for the head: the 16-bit OutputHead
+    assert isinstance(qnn.swap_head(m2, state_dict={"other.weight": w.packed}), qnn.OutputHead)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        qnn.swap_head(_tiny(), state_dict=sd, fmt="gptq")
