@@ -320,8 +320,8 @@ class GatedDeltaNetDecode(torch.nn.Module):
     library's fixed fp32 order (``reference.gdn_step``). ``fast_steps`` counts the steps taken here.
 
     HF's conv state holds the last 4 inputs ``[B, C, 4]``; ``conv_step`` reads the last 3
-    (``[S, C, 3]``): each step copies those 3 into a scratch tensor and shifts HF's state after (two
-    small copies of B x C x 3 elements)."""
+    (``[S, C, 3]``): each step copies those 3 into a scratch tensor and shifts HF's state after (small
+    copies of B x C x 3, B x C and B x C x 3 elements)."""
 
     def __init__(self, gdn: torch.nn.Module):
         super().__init__()
