@@ -183,9 +183,7 @@ def _quantize_on_gpu(w: torch.Tensor) -> tuple[formats.NVFP4Weight, str]:
     """``formats.quantize_nvfp4`` on the GPU, in row chunks with the global scale of the whole matrix
     (every other step is local to a row, so the result is that of one call). Falls back to the CPU."""
     try:
-        amax = w.float().abs().amax()
-        g = (amax / (formats.E2M1_MAX * formats.E4M3_MAX)).reshape(())
-        g = torch.where(g > 0, g, torch.ones_like(g)).to(torch.float32)
+        g = formats.nvfp4_global_scale(w)
         parts = [formats.quantize_nvfp4(w[r:r + QUANT_CHUNK_ROWS], g)
                  for r in range(0, w.shape[0], QUANT_CHUNK_ROWS)]
         q = formats.NVFP4Weight(torch.cat([p.packed for p in parts]), torch.cat([p.scale for p in parts]),

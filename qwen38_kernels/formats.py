@@ -37,7 +37,7 @@ import torch
 __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "NVFP4_BLOCK", "NVFP4_K_ALIGN", "NVFP4_MIN_BLOCK_SCALE",
     "NVFP4Weight", "FusedNVFP4Weight",
-    "dequantize_nvfp4", "quantize_nvfp4", "unpack_e2m1",
+    "dequantize_nvfp4", "quantize_nvfp4", "nvfp4_global_scale", "unpack_e2m1",
     "load_nvfp4_modelopt", "load_nvfp4_compressed_tensors", "fuse_nvfp4",
 ]
 
@@ -228,6 +228,16 @@ def _as_global_scale(global_scale, device) -> torch.Tensor:
     return g
 
 
+def nvfp4_global_scale(*weights: torch.Tensor) -> torch.Tensor:
+    """``quantize_nvfp4``'s default global scale for weights quantized with one shared scale (a fused
+    layer's shards, as ModelOpt exports them): ``amax(|W|)`` over all of them ``/ (6 * 448)``, 1.0
+    where that is 0 (all-zero or empty weights). fp32, 0-d, on the first weight's device."""
+    x = [w.detach().to(torch.float32) for w in weights]
+    amax = torch.stack([w.abs().amax() if w.numel() else torch.zeros((), device=w.device) for w in x]).amax()
+    g = amax / (E2M1_MAX * E4M3_MAX)
+    return torch.where(g > 0, g, torch.ones_like(g)).to(torch.float32)
+
+
 def quantize_nvfp4(weight: torch.Tensor, global_scale=None) -> NVFP4Weight:
     """The reference NVFP4 quantizer (ModelOpt's rules), ``weight`` bf16/fp16/fp32 [N, K] with K a
     positive multiple of 32. All arithmetic in fp32, in this order:
@@ -265,9 +275,7 @@ def quantize_nvfp4(weight: torch.Tensor, global_scale=None) -> NVFP4Weight:
     if not bool(torch.isfinite(x).all()):
         raise ValueError("quantize_nvfp4: weight holds NaN or Inf")
     if global_scale is None:
-        amax = x.abs().amax() if x.numel() else torch.zeros((), device=x.device)
-        g = amax / (E2M1_MAX * E4M3_MAX)
-        g = torch.where(g > 0, g, torch.ones_like(g)).to(torch.float32)
+        g = nvfp4_global_scale(x)
     else:
         g = _as_global_scale(global_scale, x.device)
     blocks = x.view(n, k // NVFP4_BLOCK, NVFP4_BLOCK)

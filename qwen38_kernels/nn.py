@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 
 from .ops import conv_step, gdn_step_raw, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
-                      quantize_nvfp4)
+                      nvfp4_global_scale, quantize_nvfp4)
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "OutputHead", "swap_norms",
            "swap_mlps", "swap_linears", "swap_gdn", "swap_head", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
@@ -144,8 +144,7 @@ class NVFP4MLP(torch.nn.Module):
         fused = fuse_nvfp4([gate, up])
         self.hidden_size, self.intermediate_size = gate.K, gate.N
         # One host read of two scalars at construction (never in forward).
-        self.shared_global = bool(torch.equal(gate.global_scale.cpu(), up.global_scale.cpu()))
-        if self.shared_global:
+        if torch.equal(gate.global_scale.cpu(), up.global_scale.cpu()):
             self.gate_up = NVFP4Linear(NVFP4Weight(fused.packed, fused.scale, gate.global_scale))
             self.register_buffer("shard_scale", None)
         else:
@@ -154,6 +153,11 @@ class NVFP4MLP(torch.nn.Module):
             self.register_buffer("shard_scale", torch.cat([gate.global_scale.reshape(1).expand(gate.N),
                                                            up.global_scale.reshape(1).expand(up.N)]))
         self.down = NVFP4Linear(down)
+
+    @property
+    def shared_global(self) -> bool:
+        """Whether gate and up share one global scale (the fused GEMM applies it)."""
+        return self.shard_scale is None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.gate_up(x)
@@ -170,6 +174,28 @@ class NVFP4MLP(torch.nn.Module):
 MLP_CLASSES: tuple[str, ...] = ("Qwen3_5MLP", "Qwen3NextMLP", "Qwen3MLP", "Qwen2MLP")
 
 _LOADERS = {"modelopt": load_nvfp4_modelopt, "compressed-tensors": load_nvfp4_compressed_tensors}
+_PACKED_SUFFIX = {"modelopt": "weight_scale", "compressed-tensors": "weight_packed"}  # the key an NVFP4 weight has
+
+
+def _check_fmt(op: str, fmt: str) -> None:
+    if fmt not in _LOADERS:
+        raise ValueError(f"{op}: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+
+
+def _has_nvfp4(state_dict, fmt: str, prefix: str) -> bool:
+    return f"{prefix}.{_PACKED_SUFFIX[fmt]}" in state_dict
+
+
+def _load_for(op: str, lin: torch.nn.Linear, path: str, state_dict, fmt: str, prefix: str) -> NVFP4Weight | None:
+    """The NVFP4 weight at ``prefix`` in ``state_dict`` (None where it holds none in ``fmt``), checked
+    against the shape of the Linear ``lin`` at ``path`` it replaces."""
+    if not _has_nvfp4(state_dict, fmt, prefix):
+        return None
+    w = _LOADERS[fmt](state_dict, prefix)
+    if (w.N, w.K) != (lin.out_features, lin.in_features):
+        raise ValueError(f"{op}: {path} is a Linear of [out, in] = [{lin.out_features}, {lin.in_features}] "
+                         f"but its NVFP4 weight at {prefix!r} is [{w.N}, {w.K}]")
+    return w
 
 
 def _is_silu(act) -> bool:
@@ -205,8 +231,8 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
     weight) leaves the model as it was; the original modules (and, once nothing else holds them, their
     weights) are dropped after. ``show_progress`` draws a progress bar over the MLPs found."""
     classes = MLP_CLASSES if classes is None else tuple(classes)
-    if state_dict is not None and fmt not in _LOADERS:
-        raise ValueError(f"swap_mlps: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+    if state_dict is not None:
+        _check_fmt("swap_mlps", fmt)
     found = [(name, mod) for name, mod in model.named_modules() if type(mod).__name__ in classes]
     parents = {id(child): (parent, child_name) for parent in model.modules()
                for child_name, child in parent.named_children()}
@@ -230,8 +256,7 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
         else:
             with torch.no_grad():
                 wg, wu = ws["gate_proj"].detach(), ws["up_proj"].detach()
-                amax = torch.maximum(wg.abs().amax().float(), wu.abs().amax().float())
-                g = torch.where(amax > 0, amax / (6.0 * 448.0), torch.ones_like(amax))
+                g = nvfp4_global_scale(wg, wu)
                 gate, up = quantize_nvfp4(wg, g), quantize_nvfp4(wu, g)
                 down = quantize_nvfp4(ws["down_proj"].detach())
         built.append((parents[id(mlp)], NVFP4MLP(gate, up, down)))
@@ -239,8 +264,6 @@ def swap_mlps(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | N
         setattr(parent, child_name, new)
     return len(built)
 
-
-_PACKED_SUFFIX = {"modelopt": "weight_scale", "compressed-tensors": "weight_packed"}
 
 
 def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] | None = None,
@@ -260,8 +283,7 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
 
     A loaded weight whose shape differs from the Linear's raises ``ValueError`` naming both. Every
     replacement is built before the first is put in place, so an error leaves the model as it was."""
-    if fmt not in _LOADERS:
-        raise ValueError(f"swap_linears: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
+    _check_fmt("swap_linears", fmt)
     if include is None:
         include = (lambda p: p.split(".")[-1] != "lm_head")
     found = []
@@ -273,7 +295,7 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
             if not include(path):
                 continue
             prefix = name_map(path) if name_map is not None else path
-            if state_dict is not None and f"{prefix}.{_PACKED_SUFFIX[fmt]}" not in state_dict:
+            if state_dict is not None and not _has_nvfp4(state_dict, fmt, prefix):
                 continue
             if state_dict is None and child.in_features % 32:
                 raise ValueError(f"swap_linears: {path} has in_features = {child.in_features}, not a multiple of "
@@ -286,13 +308,10 @@ def swap_linears(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor] 
     built = []
     for path, prefix, parent, child_name, lin in items:
         if state_dict is not None:
-            w = _LOADERS[fmt](state_dict, prefix)
+            w = _load_for("swap_linears", lin, path, state_dict, fmt, prefix)
         else:
             with torch.no_grad():
                 w = quantize_nvfp4(lin.weight.detach())
-        if (w.N, w.K) != (lin.out_features, lin.in_features):
-            raise ValueError(f"swap_linears: {path} is a Linear of [out, in] = [{lin.out_features}, "
-                             f"{lin.in_features}] but its NVFP4 weight at {prefix!r} is [{w.N}, {w.K}]")
         bias = None if lin.bias is None else lin.bias.detach()
         if bias is not None and bias.device != w.device:
             bias = bias.to(w.device)
@@ -444,13 +463,9 @@ def swap_head(model: torch.nn.Module, name: str = "lm_head", state_dict: Mapping
     if lin.bias is not None:
         raise ValueError(f"swap_head: {name} has a bias; head_logits has none")
     if state_dict is not None:
-        if fmt not in _LOADERS:
-            raise ValueError(f"swap_head: fmt must be one of {sorted(_LOADERS)}, got {fmt!r}")
-        if f"{name}.{_PACKED_SUFFIX[fmt]}" in state_dict:
-            w = _LOADERS[fmt](state_dict, name)
-            if (w.N, w.K) != (lin.out_features, lin.in_features):
-                raise ValueError(f"swap_head: {name} is a Linear of [out, in] = [{lin.out_features}, "
-                                 f"{lin.in_features}] but its NVFP4 weight is [{w.N}, {w.K}]")
+        _check_fmt("swap_head", fmt)
+        w = _load_for("swap_head", lin, name, state_dict, fmt, name)
+        if w is not None:
             head = NVFP4Linear(w, out_dtype=torch.float32)
             setattr(parent, attr, head)
             return head
