@@ -24,7 +24,7 @@ except ImportError as e:  # pragma: no cover - only without a build
     ) from e
 
 from . import knobs, reference  # noqa: E402
-from . import formats, nn  # noqa: E402
+from . import formats, nn, spec  # noqa: E402
 from .ops import (add_rms_norm, conv_chain, conv_commit, conv_step, conv_tree, fp8_block_linear,  # noqa: E402
                   gdn_chain_verify, gdn_commit, gdn_commit_verify, gdn_step, gdn_step_raw, gdn_tree_verify,
                   head_argmax, head_logits, nvfp4_dequantize, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)

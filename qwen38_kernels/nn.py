@@ -18,9 +18,11 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import conv_step, gdn_step_raw, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul
+from .ops import (conv_chain, conv_step, gdn_chain_verify, gdn_commit, gdn_step_raw, head_logits, nvfp4_linear,
+                  rms_norm, rms_norm_gated, silu_mul)
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       nvfp4_global_scale, quantize_nvfp4)
+from .reference import gdn_gates
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "OutputHead", "swap_norms",
            "swap_mlps", "swap_linears", "swap_gdn", "swap_head", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
@@ -327,6 +329,17 @@ GDN_CLASSES: tuple[str, ...] = ("Qwen3_5GatedDeltaNet", "Qwen3NextGatedDeltaNet"
 _GDN_GEOMETRY = {"num_k_heads": 16, "num_v_heads": 48, "head_k_dim": 128, "head_v_dim": 128, "conv_kernel_size": 4}
 
 
+def _count_tokens(cache, layer_idx: int, n: int) -> None:
+    """Tells HF's linear-attention cache layer that n more tokens entered its state, where it counts them
+    (transformers >= 5.2x: ``cumulative_length_linear``, which ``get_seq_length`` and so the next call's
+    positions read; HF's own one-token step calls ``increase_count``). Older layers count nothing."""
+    layer = cache.layers[layer_idx]
+    inc = getattr(layer, "increase_count", None)
+    if inc is not None:
+        for _ in range(n):
+            inc(0)
+
+
 class GatedDeltaNetDecode(torch.nn.Module):
     """Wraps an HF transformers Gated DeltaNet module (``Qwen3_5GatedDeltaNet``, Qwen3-Next's): a
     one-token decode step with a cache runs the library's ``conv_step`` and ``gdn_step_raw`` on the
@@ -340,7 +353,12 @@ class GatedDeltaNetDecode(torch.nn.Module):
 
     HF's conv state holds the last 4 inputs ``[B, C, 4]``; ``conv_step`` reads the last 3
     (``[S, C, 3]``): each step copies those 3 into a scratch tensor and shifts HF's state after (small
-    copies of B x C x 3, B x C and B x C x 3 elements)."""
+    copies of B x C x 3, B x C and B x C x 3 elements). The step also advances the token count newer
+    transformers keep in the layer (``_count_tokens``), as HF's own step does.
+
+    Verify mode (set by ``qwen38_kernels.spec``): a cached forward of 1..16 tokens runs ``conv_chain`` and
+    ``gdn_chain_verify`` on the cached states without writing them; ``commit(n)`` then leaves the state of
+    the first n tokens (``gdn_commit``), ``discard()`` the state before the verify. ``verifies`` counts them."""
 
     def __init__(self, gdn: torch.nn.Module):
         super().__init__()
@@ -355,7 +373,13 @@ class GatedDeltaNetDecode(torch.nn.Module):
         self.gdn = gdn
         self.layer_idx = gdn.layer_idx
         self.fast_steps = 0
+        self.verifies = 0
         self._slots: torch.Tensor | None = None
+        # (qwen38_kernels.spec) verify mode: a cached forward of 1..16 tokens runs conv_chain and
+        # gdn_chain_verify without writing the cache; _pending keeps what commit() replays
+        self._verify = False
+        self._pending: tuple | None = None
+        self._cache = None
 
     def _states(self, cache, hidden_states):
         """HF's (conv_state [B, C, 4], recurrent_state [B, 48, 128, 128] fp32) for a cached decode step,
@@ -380,23 +404,29 @@ class GatedDeltaNetDecode(torch.nn.Module):
             return None
         return conv, rec
 
+    def _slot_index(self, b: int, device: torch.device) -> torch.Tensor:
+        if self._slots is None or self._slots.shape[0] != b or self._slots.device != device:
+            self._slots = torch.arange(b, dtype=torch.int64, device=device)
+        return self._slots
+
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
         # HF passes the cache as `cache` (newer) or `cache_params` (older), by keyword or first after x
         cache = kwargs.get("cache", kwargs.get("cache_params", args[0] if args else None))
         attention_mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        h = hidden_states
+        if attention_mask is not None and attention_mask.dim() == 2:  # HF's padding mask on the inputs
+            h = (h * attention_mask[:, :, None]).to(h.dtype)
+        if self._verify:
+            return self._verify_forward(h, cache)
         st = self._states(cache, hidden_states) if hidden_states.shape[1] == 1 else None
         if st is None:
             return self.gdn(hidden_states, *args, **kwargs)
         conv, rec = st
         m, b = self.gdn, hidden_states.shape[0]
-        h = hidden_states
-        if attention_mask is not None and attention_mask.dim() == 2:  # HF's padding mask on the inputs
-            h = (h * attention_mask[:, :, None]).to(h.dtype)
         x = m.in_proj_qkv(h)[:, 0]                       # [B, 10240]
         z = m.in_proj_z(h)                               # [B, 1, 6144]
         bb, a = m.in_proj_b(h)[:, 0], m.in_proj_a(h)[:, 0]  # [B, 48]
-        if self._slots is None or self._slots.shape[0] != b or self._slots.device != x.device:
-            self._slots = torch.arange(b, dtype=torch.int64, device=x.device)
+        self._slot_index(b, x.device)
         prev = conv[:, :, 1:].contiguous()               # the 3 previous inputs, conv_step's layout
         y = conv_step(x, prev, m.conv1d.weight.squeeze(1), self._slots)  # prev -> (s2, s3, x)
         conv[:, :, 0].copy_(conv[:, :, 1])               # HF's state -> (s1, s2, s3, x)
@@ -406,9 +436,67 @@ class GatedDeltaNetDecode(torch.nn.Module):
         v = y[:, 4096:].view(b, 48, 128)
         o = gdn_step_raw(q, k, v, a, bb, m.A_log, m.dt_bias, rec, self._slots)  # rec updated in place
         cache.update_recurrent_state(rec, self.layer_idx)
+        _count_tokens(cache, self.layer_idx, 1)
         o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, 1, -1)
         self.fast_steps += 1
         return m.out_proj(o)
+
+    def _verify_forward(self, h: torch.Tensor, cache) -> torch.Tensor:
+        """(verify mode, ``qwen38_kernels.spec``) T = 1..16 drafted tokens after the cached state:
+        ``conv_chain`` and ``gdn_chain_verify`` read HF's conv and recurrent states and write neither;
+        row t is what t + 1 one-token steps would output, bit for bit. ``commit(n)`` then leaves the
+        state of the first n tokens in the cache."""
+        st = self._states(cache, h)
+        if st is None:
+            raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): verify needs a prefilled HF cache "
+                               "of the layout this knows (conv [B, C, 4], fp32 recurrent [B, 48, 128, 128])")
+        b, t = h.shape[0], h.shape[1]
+        if not 1 <= t <= 16:
+            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a verify takes 1..16 tokens, got {t}")
+        conv, rec = st
+        m = self.gdn
+        x = m.in_proj_qkv(h)                             # [B, T, 10240]
+        z = m.in_proj_z(h)                               # [B, T, 6144]
+        bb, a = m.in_proj_b(h), m.in_proj_a(h)           # [B, T, 48]
+        slots = self._slot_index(b, x.device)
+        prev = conv[:, :, 1:].contiguous()               # [B, C, 3]: conv_chain's layout (a copy: read only)
+        y = conv_chain(x, prev, m.conv1d.weight.squeeze(1), slots)
+        q = y[..., :2048].view(b, t, 16, 128)
+        k = y[..., 2048:4096].view(b, t, 16, 128)
+        v = y[..., 4096:].view(b, t, 48, 128)
+        g, beta = gdn_gates(a, bb, m.A_log, m.dt_bias)   # gdn_step_raw's in-kernel gates, as tensors
+        o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
+        self._pending = (x, k, v, g, beta, conv, rec, slots)
+        self._cache = cache
+        self.verifies += 1
+        o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, t, -1)
+        return m.out_proj(o)
+
+    def discard(self) -> None:
+        """(after a verify) forgets it: the cache keeps the state from before the verify."""
+        self._pending = self._cache = None
+
+    def commit(self, accepted: int) -> None:
+        """(after a verify) leaves in HF's cache the conv and recurrent states the first ``accepted``
+        verified tokens give (0: the state before the verify), bit for bit those of ``accepted``
+        one-token steps: ``gdn_commit`` replays them from the verify's own k, v, g and beta; the conv
+        state takes the last 4 of its inputs."""
+        if self._pending is None:
+            raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): commit without a verify")
+        x, k, v, g, beta, conv, rec, slots = self._pending
+        t = x.shape[1]
+        if not 0 <= accepted <= t:
+            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): accepted must be in 0..{t}, "
+                             f"got {accepted}")
+        self._pending = None
+        cache, self._cache = self._cache, None
+        if accepted == 0:
+            return
+        acc = torch.full((x.shape[0],), accepted, dtype=torch.int64, device=x.device)
+        gdn_commit(k, v, g, beta, rec, slots, acc)
+        window = torch.cat([conv, x.transpose(1, 2)], dim=-1)[:, :, accepted:accepted + conv.shape[-1]]
+        conv.copy_(window)
+        _count_tokens(cache, self.layer_idx, accepted)
 
 
 def swap_gdn(model: torch.nn.Module, classes: tuple[str, ...] | None = None) -> int:

@@ -150,6 +150,25 @@ def test_swapped_model_decodes_with_the_kernels(device):
     assert bool(torch.isfinite(got).all())
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_swap_gdn_counts_the_tokens_it_steps(device):
+    """Newer transformers (5.2x) count the tokens of a linear-attention cache layer (the count
+    get_seq_length, and so the next call's positions, read); HF's own step counts each one, and so must
+    the wrapped step: after a prefill of 7 and 4 steps the cache says 11 (it said 7 before this was
+    fixed, so RoPE positions stopped advancing). With older transformers the attention layer counts."""
+    model = _gdn_qwen3_5(device)
+    qnn.swap_gdn(model)
+    wrapped = [m for m in model.modules() if isinstance(m, qnn.GatedDeltaNetDecode)]
+    ids = torch.randint(0, 512, (1, 7), generator=torch.Generator().manual_seed(6)).to(device)
+    with torch.no_grad():
+        past = model(ids, use_cache=True).past_key_values
+        for t in (3, 1, 4, 1):
+            past = model(torch.tensor([[t]], device=device), past_key_values=past, use_cache=True).past_key_values
+    if not all(m.fast_steps == 4 for m in wrapped):
+        pytest.skip("this transformers' cache is not the layout swap_gdn knows (HF's forward ran)")
+    assert int(past.get_seq_length()) == 11
+
+
 def test_swap_gdn_refuses_another_geometry():
     model = _tiny_qwen3_5("cpu")  # 2 / 6 heads of 64
     with pytest.raises(ValueError, match=r"swap_gdn: model.layers.0.linear_attn: .*num_k_heads is 2"):

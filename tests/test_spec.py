@@ -1,0 +1,190 @@
+"""qwen38_kernels.spec: greedy speculative decoding of an HF Qwen3.5 model on the verify and commit ops,
+against one-token greedy decoding of the same swapped model. Skips where transformers has no Qwen3.5
+(CI installs no transformers); the draft-source and argument checks run everywhere."""
+from __future__ import annotations
+
+import copy
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from qwen38_kernels import nn as qnn
+from qwen38_kernels import spec
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from test_hf import DEVICES, _gdn_qwen3_5  # noqa: E402
+
+
+def _swapped(device):
+    """The tiny model at the kernels' GDN geometry with every swap: the norms, MLPs and linears (the
+    reference quantizer), the head, the GDN wrappers. Every layer but the attention one then computes
+    each row independently of the row count."""
+    model = _gdn_qwen3_5(device)
+    qnn.swap_norms(model)
+    qnn.swap_mlps(model)
+    qnn.swap_linears(model)
+    qnn.swap_head(model)
+    assert qnn.swap_gdn(model) == 3
+    return model
+
+
+def _states(cache, layers=(0, 1, 2)):
+    return [(cache.layers[i].conv_states[0].clone(), cache.layers[i].recurrent_states[0].clone()) for i in layers]
+
+
+def _oracle(truth, wrong_every, vocab=512):
+    """A draft source that knows the greedy continuation `truth` (prompt + generated) and gets every
+    `wrong_every`-th proposed token wrong, so rounds accept 0..k drafts."""
+    calls = [0]
+
+    def draft(tokens, k):
+        n = len(tokens)
+        out = []
+        for j in range(k):
+            if n + j >= len(truth):
+                break
+            calls[0] += 1
+            t = truth[n + j]
+            out.append((t + 1) % vocab if calls[0] % wrong_every == 0 else t)
+        return out
+
+    return draft
+
+
+def _greedy(model, ids, steps):
+    """One-token greedy decoding: prefill, then feed each chosen token. Returns the `steps` tokens chosen
+    and the cache after feeding all but the last (as generate leaves it)."""
+    out = model(ids, use_cache=True)
+    cache, chosen = out.past_key_values, [int(out.logits[0, -1].float().argmax())]
+    while len(chosen) < steps:
+        nxt = torch.tensor([[chosen[-1]]], dtype=ids.dtype, device=ids.device)
+        out = model(nxt, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        chosen.append(int(out.logits[0, -1].float().argmax()))
+    return chosen, cache
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_draft,wrong_every", [(4, 3), (7, 5), (15, 1000)])
+def test_speculative_greedy_is_one_token_greedy(device, num_draft, wrong_every):
+    """The tokens spec.generate emits are those of one-token greedy decoding, and the three GDN layers
+    (before the model's attention layer) end with the conv and recurrent states of one-token decoding,
+    bit for bit: every round verified, then committed only the accepted tokens."""
+    model = _swapped(device)
+    ref_model = copy.deepcopy(model)
+    ids = torch.randint(0, 512, (1, 7), generator=torch.Generator().manual_seed(3)).to(device)
+    steps = 20
+    with torch.no_grad():
+        chosen, ref_cache = _greedy(ref_model, ids, steps)
+    wrappers = [m for m in ref_model.modules() if isinstance(m, qnn.GatedDeltaNetDecode)]
+    if not all(w.fast_steps == steps - 1 for w in wrappers):
+        pytest.skip("this transformers' cache is not the layout swap_gdn knows (HF's forward ran)")
+    truth = ids[0].tolist() + chosen
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=_oracle(truth, wrong_every), num_draft=num_draft)
+    assert got.tokens[0].tolist() == truth
+    st = got.stats
+    assert st.accepted + st.rounds == steps - 1  # every round emits its accepted drafts and one more token
+    assert st.rounds < steps - 1 and st.drafted >= st.accepted > 0
+    if wrong_every < 100:
+        assert st.drafted > st.accepted  # some drafts were rejected
+    assert all(w.verifies == st.rounds and w.fast_steps == 0
+               for w in model.modules() if isinstance(w, qnn.GatedDeltaNetDecode))
+    for (c_ref, s_ref), (c_got, s_got) in zip(_states(ref_cache), _states(got.past_key_values)):
+        assert torch.equal(c_got, c_ref)
+        assert torch.equal(s_got, s_ref)
+    # the attention layer's cache holds the same positions (the rejected ones dropped)
+    assert got.past_key_values.get_seq_length() == ref_cache.get_seq_length() == ids.shape[1] + steps - 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_failed_round_leaves_the_cache_as_it_was(device):
+    """A draft source that raises, and a forward that raises mid-round: the exception reaches the caller
+    and the cache keeps its lengths and states (nothing verified is left in it)."""
+    model = _swapped(device)
+    ids = torch.randint(0, 512, (1, 6), generator=torch.Generator().manual_seed(5)).to(device)
+
+    def bad_draft(tokens, k):
+        raise KeyError("draft failed")
+
+    with pytest.raises(KeyError, match="draft failed"):
+        spec.generate(model, ids, max_new_tokens=5, draft=bad_draft)
+
+    calls = [0]
+    wrapped = [m for m in model.modules() if isinstance(m, qnn.GatedDeltaNetDecode)]
+    inner = wrapped[2].gdn.out_proj
+    real_forward = inner.forward
+
+    snap = {}
+
+    def failing(x):
+        calls[0] += 1
+        if calls[0] == 3:  # the prefill, round 1, then round 2 fails in the last GDN layer
+            snap["cache"] = wrapped[2]._cache  # (set by the verify under way)
+            snap["states"] = _states(snap["cache"])
+            raise RuntimeError("boom")
+        return real_forward(x)
+
+    inner.forward = failing
+    seen = {}
+    real_drop = spec._drop_last
+
+    def spy_drop(layers, lengths):
+        seen.setdefault("before", [spec._seq_len(x) for x in layers])
+        real_drop(layers, lengths)
+        seen["after"] = [spec._seq_len(x) for x in layers]
+        seen["want"] = list(lengths)
+
+    spec._drop_last = spy_drop
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            spec.generate(model, ids, max_new_tokens=8, draft=lambda t, k: [1, 2, 3][:k], num_draft=3)
+    finally:
+        spec._drop_last = real_drop
+        inner.forward = real_forward
+    assert seen["after"] == seen["want"]  # the attention layer's cache back to its length
+    assert all(w._pending is None and w._cache is None and not w._verify for w in wrapped)
+    for (c0, s0), (c1, s1) in zip(snap["states"], _states(snap["cache"])):  # the verifies wrote nothing
+        assert torch.equal(c0, c1) and torch.equal(s0, s1)
+
+
+def test_prompt_lookup():
+    d = spec.prompt_lookup(max_ngram=3)
+    assert d([5, 6, 7, 8, 9, 5, 6, 7], 3) == [8, 9, 5]       # the 3-gram 5 6 7 recurs
+    assert d([1, 2, 3, 4, 2], 2) == [3, 4]                   # only the 1-gram 2 recurs
+    assert d([1, 2, 3, 4], 2) == []                          # nothing recurs
+    assert d([4, 1, 4, 2, 4], 2) == [2, 4]                   # the latest earlier occurrence
+    assert d([7], 4) == []
+    with pytest.raises(ValueError, match="min_ngram"):
+        spec.prompt_lookup(max_ngram=1, min_ngram=2)
+
+
+def test_generate_checks_its_arguments():
+    m = torch.nn.Linear(2, 2)
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="swap_gdn"):
+        spec.generate(m, ids, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"input_ids must be a \[1, L\]"):
+        spec.generate(m, torch.zeros(2, 3, dtype=torch.long), max_new_tokens=4)
+    with pytest.raises(ValueError, match="num_draft must be in 1..15"):
+        spec.generate(m, ids, max_new_tokens=4, num_draft=16)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        spec.generate(m, ids, max_new_tokens=-1)
+
+
+def test_stats():
+    s = spec.SpecStats(rounds=4, drafted=12, accepted=6, per_round=[3, 0, 2, 1])
+    assert s.tokens_per_round == 2.5
+    assert spec.SpecStats().tokens_per_round == 0.0
+
+
+def test_generate_refuses_an_unwrapped_gdn_layer():
+    """A GDN module left unwrapped would advance its state for every drafted token: refused after the
+    prefill, before any verify."""
+    model = _swapped("cpu")
+    layer = model.model.layers[1]
+    layer.linear_attn = layer.linear_attn.gdn  # unwrap one
+    ids = torch.randint(0, 512, (1, 5), generator=torch.Generator().manual_seed(7))
+    with pytest.raises(ValueError, match="cache layer 1 holds a recurrent state"):
+        spec.generate(model, ids, max_new_tokens=4)
