@@ -18,8 +18,8 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import (conv_chain, conv_step, gdn_chain_verify, gdn_commit, gdn_step_raw, head_logits, nvfp4_linear,
-                  rms_norm, rms_norm_gated, silu_mul)
+from .ops import (conv_chain, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_step_raw, gdn_tree_verify,
+                  head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       nvfp4_global_scale, quantize_nvfp4)
 from .reference import gdn_gates
@@ -356,9 +356,10 @@ class GatedDeltaNetDecode(torch.nn.Module):
     copies of B x C x 3, B x C and B x C x 3 elements). The step also advances the token count newer
     transformers keep in the layer (``_count_tokens``), as HF's own step does.
 
-    Verify mode (set by ``qwen38_kernels.spec``): a cached forward of 1..16 tokens runs ``conv_chain`` and
-    ``gdn_chain_verify`` on the cached states without writing them; ``commit(n)`` then leaves the state of
-    the first n tokens (``gdn_commit``), ``discard()`` the state before the verify. ``verifies`` counts them."""
+    Verify mode (set by ``qwen38_kernels.spec``): a cached forward of a drafted chain (1..16 tokens) or tree
+    (1..64 nodes) runs ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` on the
+    cached states without writing them; ``commit`` then leaves the state of the accepted tokens
+    (``gdn_commit``), ``discard()`` the state before the verify. ``verifies`` counts them."""
 
     def __init__(self, gdn: torch.nn.Module):
         super().__init__()
@@ -378,6 +379,7 @@ class GatedDeltaNetDecode(torch.nn.Module):
         # (qwen38_kernels.spec) verify mode: a cached forward of 1..16 tokens runs conv_chain and
         # gdn_chain_verify without writing the cache; _pending keeps what commit() replays
         self._verify = False
+        self._tree_parents: torch.Tensor | None = None
         self._pending: tuple | None = None
         self._cache = None
 
@@ -442,31 +444,40 @@ class GatedDeltaNetDecode(torch.nn.Module):
         return m.out_proj(o)
 
     def _verify_forward(self, h: torch.Tensor, cache) -> torch.Tensor:
-        """(verify mode, ``qwen38_kernels.spec``) T = 1..16 drafted tokens after the cached state:
-        ``conv_chain`` and ``gdn_chain_verify`` read HF's conv and recurrent states and write neither;
-        row t is what t + 1 one-token steps would output, bit for bit. ``commit(n)`` then leaves the
-        state of the first n tokens in the cache."""
+        """(verify mode, ``qwen38_kernels.spec``) T drafted tokens after the cached state, a chain (1..16
+        tokens) or, with ``_tree_parents`` set ([B, T] int64, depth-first order, -1 = the cached state),
+        a tree (1..64 nodes): ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify``
+        read HF's conv and recurrent states and write neither; a row is what one-token steps along its
+        path would output, bit for bit. ``commit`` then leaves the state of the accepted tokens."""
         st = self._states(cache, h)
         if st is None:
             raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): verify needs a prefilled HF cache "
                                "of the layout this knows (conv [B, C, 4], fp32 recurrent [B, 48, 128, 128])")
         b, t = h.shape[0], h.shape[1]
-        if not 1 <= t <= 16:
-            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a verify takes 1..16 tokens, got {t}")
+        parents = self._tree_parents
+        most = 16 if parents is None else 64
+        if not 1 <= t <= most:
+            what = "chain" if parents is None else "tree"
+            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a {what} verify takes 1..{most} tokens, "
+                             f"got {t}")
         conv, rec = st
         m = self.gdn
         x = m.in_proj_qkv(h)                             # [B, T, 10240]
         z = m.in_proj_z(h)                               # [B, T, 6144]
         bb, a = m.in_proj_b(h), m.in_proj_a(h)           # [B, T, 48]
         slots = self._slot_index(b, x.device)
-        prev = conv[:, :, 1:].contiguous()               # [B, C, 3]: conv_chain's layout (a copy: read only)
-        y = conv_chain(x, prev, m.conv1d.weight.squeeze(1), slots)
+        prev = conv[:, :, 1:].contiguous()               # [B, C, 3]: the conv ops' layout (a copy: read only)
+        w = m.conv1d.weight.squeeze(1)
+        y = conv_chain(x, prev, w, slots) if parents is None else conv_tree(x, prev, w, slots, parents)
         q = y[..., :2048].view(b, t, 16, 128)
         k = y[..., 2048:4096].view(b, t, 16, 128)
         v = y[..., 4096:].view(b, t, 48, 128)
         g, beta = gdn_gates(a, bb, m.A_log, m.dt_bias)   # gdn_step_raw's in-kernel gates, as tensors
-        o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
-        self._pending = (x, k, v, g, beta, conv, rec, slots)
+        if parents is None:
+            o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
+        else:
+            o = gdn_tree_verify(q, k, v, g, beta, rec, slots, parents)
+        self._pending = (x, k, v, g, beta, conv, rec, slots, parents)
         self._cache = cache
         self.verifies += 1
         o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, t, -1)
@@ -476,27 +487,38 @@ class GatedDeltaNetDecode(torch.nn.Module):
         """(after a verify) forgets it: the cache keeps the state from before the verify."""
         self._pending = self._cache = None
 
-    def commit(self, accepted: int) -> None:
-        """(after a verify) leaves in HF's cache the conv and recurrent states the first ``accepted``
-        verified tokens give (0: the state before the verify), bit for bit those of ``accepted``
-        one-token steps: ``gdn_commit`` replays them from the verify's own k, v, g and beta; the conv
-        state takes the last 4 of its inputs."""
+    def commit(self, accepted: int, path: list[int] | None = None) -> None:
+        """(after a verify) leaves in HF's cache the conv and recurrent states of the accepted tokens, bit
+        for bit those one-token steps through them leave: ``gdn_commit`` replays them from the verify's
+        own k, v, g and beta, and the conv state takes the last 4 of its inputs. A chain: the first
+        ``accepted`` tokens (0: the state before the verify). A tree: ``path``, the rows from the root to
+        the accepted node ``accepted`` (every row's parent the one before it, the first a root)."""
         if self._pending is None:
             raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): commit without a verify")
-        x, k, v, g, beta, conv, rec, slots = self._pending
+        x, k, v, g, beta, conv, rec, slots, parents = self._pending
         t = x.shape[1]
-        if not 0 <= accepted <= t:
-            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): accepted must be in 0..{t}, "
-                             f"got {accepted}")
+        if parents is None:
+            if not 0 <= accepted <= t:
+                raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): accepted must be in 0..{t}, "
+                                 f"got {accepted}")
+            rows = list(range(accepted))
+        else:
+            if path is None or not path or path[-1] != accepted:
+                raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a tree commit needs the path "
+                                 f"ending at the accepted node {accepted}, got {path}")
+            rows = list(path)
         self._pending = None
         cache, self._cache = self._cache, None
-        if accepted == 0:
+        if not rows:
             return
-        acc = torch.full((x.shape[0],), accepted, dtype=torch.int64, device=x.device)
-        gdn_commit(k, v, g, beta, rec, slots, acc)
-        window = torch.cat([conv, x.transpose(1, 2)], dim=-1)[:, :, accepted:accepted + conv.shape[-1]]
+        acc = torch.full((x.shape[0],), accepted if parents is not None else len(rows), dtype=torch.int64,
+                         device=x.device)
+        gdn_commit(k, v, g, beta, rec, slots, acc, parents)
+        xs = x if parents is None else x[:, torch.tensor(rows, device=x.device)]
+        n = len(rows)
+        window = torch.cat([conv, xs[:, :n].transpose(1, 2)], dim=-1)[:, :, n:n + conv.shape[-1]]
         conv.copy_(window)
-        _count_tokens(cache, self.layer_idx, accepted)
+        _count_tokens(cache, self.layer_idx, n)
 
 
 def swap_gdn(model: torch.nn.Module, classes: tuple[str, ...] | None = None) -> int:

@@ -35,7 +35,8 @@ import torch
 
 from .nn import GatedDeltaNetDecode
 
-__all__ = ["generate", "prompt_lookup", "SpecOutput", "SpecStats", "MAX_VERIFY_TOKENS"]
+__all__ = ["generate", "prompt_lookup", "prompt_lookup_tree", "DraftTree", "SpecOutput", "SpecStats",
+           "MAX_VERIFY_TOKENS", "MAX_TREE_NODES"]
 
 MAX_VERIFY_TOKENS = 16  # the chain verify's limit: the pending token and up to 15 drafts
 
@@ -62,6 +63,36 @@ class SpecOutput:
     past_key_values: object = None  # HF's cache: every token but the last generated one fed (as HF's generate)
 
 
+@dataclass
+class DraftTree:
+    """A drafted tree below the pending token. Verify row 0 is the pending token; row j (1..n) is
+    ``tokens[j - 1]``, whose parent row is ``parents[j - 1]`` (0: the pending token). Rows come in
+    depth-first order: each parent is the row before it or one of that row's ancestors."""
+    tokens: list[int]
+    parents: list[int]
+
+    def rows(self) -> list[int]:
+        """The verify's parent indices, row 0 (the pending token) included: -1, then ``parents``."""
+        return [-1] + [int(p) for p in self.parents]
+
+
+MAX_TREE_NODES = 64  # the tree verify's limit: the pending token and up to 63 drafted nodes
+
+
+def _tree_depths(parents: list[int], where: str) -> list[int]:
+    """Depths of the rows of a verify tree (root 0), after checking the depth-first order."""
+    depth, path = [0], [0]  # path: the rows from the root to the previous row
+    for j in range(1, len(parents)):
+        p = parents[j]
+        if p not in path:
+            raise ValueError(f"{where}: drafted row {j} has parent {p}, which is neither the row before it nor one "
+                             "of that row's ancestors (rows must come in depth-first order)")
+        del path[path.index(p) + 1:]
+        path.append(j)
+        depth.append(depth[p] + 1)
+    return depth
+
+
 def prompt_lookup(max_ngram: int = 3, min_ngram: int = 1) -> Draft:
     """A draft source without a second model ("prompt lookup"): the longest suffix of the tokens so far
     (``max_ngram`` down to ``min_ngram`` tokens) that occurred earlier, and the tokens that followed its
@@ -80,6 +111,54 @@ def prompt_lookup(max_ngram: int = 3, min_ngram: int = 1) -> Draft:
                     if follow:
                         return follow
         return []
+
+    return draft
+
+
+def prompt_lookup_tree(max_ngram: int = 3, min_ngram: int = 1, branches: int = 4) -> Callable:
+    """Prompt lookup with several candidates: the continuations of up to ``branches`` earlier
+    occurrences of the longest recurring suffix n-gram (latest first), merged into a tree (shared
+    prefixes once) of at most ``k`` drafted nodes. For ``generate(..., draft=prompt_lookup_tree())``."""
+    if not 1 <= min_ngram <= max_ngram or branches < 1:
+        raise ValueError(f"prompt_lookup_tree: need 1 <= min_ngram <= max_ngram and branches >= 1, got "
+                         f"{min_ngram}, {max_ngram}, {branches}")
+
+    def draft(tokens: Sequence[int], k: int) -> DraftTree:
+        toks = list(tokens)
+        n_tok = len(toks)
+        conts: list[list[int]] = []
+        for n in range(min(max_ngram, n_tok - 1), min_ngram - 1, -1):
+            suffix = toks[n_tok - n:]
+            for start in range(n_tok - n - 1, -1, -1):
+                if toks[start:start + n] == suffix and toks[start + n:start + n + 1]:
+                    conts.append(toks[start + n:start + n + k])
+                    if len(conts) == branches:
+                        break
+            if conts:
+                break
+        kids: dict[int, list[tuple[int, int]]] = {0: []}  # trie node -> [(token, node)], in insertion order
+        n_nodes = 0
+        for cont in conts:
+            node = 0
+            for t in cont:
+                nxt = next((c for tok, c in kids[node] if tok == t), None)
+                if nxt is None:
+                    if n_nodes == k:
+                        break
+                    n_nodes += 1
+                    nxt = n_nodes
+                    kids[node].append((t, nxt))
+                    kids[nxt] = []
+                node = nxt
+        tree_tokens, parents = [], []
+        stack = [(tok, c, 0) for tok, c in reversed(kids[0])]  # depth-first pre-order, rows renumbered
+        while stack:
+            tok, node, parent_row = stack.pop()
+            tree_tokens.append(tok)
+            parents.append(parent_row)
+            row = len(tree_tokens)
+            stack.extend((t, c, row) for t, c in reversed(kids[node]))
+        return DraftTree(tree_tokens, parents)
 
     return draft
 
@@ -141,28 +220,55 @@ def _check_draft(d, k: int, vocab: int) -> list[int]:
     return out
 
 
+def _check_tree(d: DraftTree, k: int, vocab: int) -> tuple[list[int], list[int]]:
+    toks, parents = _check_draft(d.tokens, len(d.tokens) + 1, vocab), [int(p) for p in d.parents]
+    if len(toks) != len(parents):
+        raise ValueError(f"spec.generate: a DraftTree needs one parent per token, got {len(toks)} tokens and "
+                         f"{len(parents)} parents")
+    if len(toks) > k:
+        raise ValueError(f"spec.generate: draft returned a tree of {len(toks)} nodes, more than the {k} asked for")
+    for j, p in enumerate(parents):
+        if not 0 <= p <= j:
+            raise ValueError(f"spec.generate: DraftTree parent {p} of drafted token {j} is not a row before it "
+                             f"(0: the pending token, 1..{j}: the drafted tokens before it)")
+    return toks, parents
+
+
+def _keep_rows(layers: list, past: int, rows: list[int]) -> None:
+    """Keeps in each attention layer's cache the first ``past`` positions and then verify rows ``rows``."""
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise RuntimeError(f"spec.generate: a tree needs attention cache layers with keys and values tensors, got "
+                               f"{type(layer).__name__}")
+        keep = torch.cat([torch.arange(past), torch.tensor(rows, dtype=torch.long) + past]).to(keys.device)
+        layer.keys, layer.values = keys.index_select(-2, keep), values.index_select(-2, keep)
+
+
 @torch.no_grad()
-def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, draft: Draft | None = None,
+def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, draft: Callable | None = None,
              num_draft: int = 4, eos_token_id: int | Sequence[int] | None = None) -> SpecOutput:
     """Greedy decoding of ``max_new_tokens`` tokens (fewer when an ``eos_token_id`` comes), verifying up to
-    ``num_draft`` (1..15) drafted tokens a round.
+    ``num_draft`` (1..63) drafted tokens a round.
 
     - ``model``: an HF transformers Qwen3.5 / 3.8 causal LM whose Gated DeltaNet modules are wrapped by
       ``nn.swap_gdn`` (the other swaps are optional); it must return ``.logits`` and
       ``.past_key_values`` (an HF 5 cache with per-layer states).
     - ``input_ids``: [1, L] prompt token ids (L >= 1) on the model's device.
-    - ``draft(tokens, k)``: up to k proposed next tokens given every token so far (prompt, generated,
-      and the pending one); default ``prompt_lookup()``. Returning fewer (or none) is fine: such a
-      round is an ordinary decode step.
+    - ``draft(tokens, k)``: given every token so far (prompt, generated, and the pending one), either a
+      list of up to k next tokens (a chain) or a ``DraftTree`` of up to k nodes (alternatives verified
+      side by side; the attention layers get the tree's mask and depth positions); default
+      ``prompt_lookup()``. Fewer (or none) is fine: such a round is an ordinary decode step. A chain of
+      up to 15 tokens runs the chain kernels, anything else the tree kernels (up to 63 nodes).
 
-    The prompt is prefilled by the model's own forward. Returns the tokens and ``SpecStats``. An
-    exception inside a round leaves the cache as the round found it."""
+    The prompt is prefilled by the model's own forward. Returns the tokens, ``SpecStats`` and the cache.
+    An exception inside a round leaves the cache as the round found it."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1 \
             or input_ids.shape[1] < 1:
         got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"spec.generate: input_ids must be a [1, L] tensor with L >= 1 (batch size 1), got {got}")
-    if not 1 <= num_draft <= MAX_VERIFY_TOKENS - 1:
-        raise ValueError(f"spec.generate: num_draft must be in 1..{MAX_VERIFY_TOKENS - 1}, got {num_draft}")
+    if not 1 <= num_draft <= MAX_TREE_NODES - 1:
+        raise ValueError(f"spec.generate: num_draft must be in 1..{MAX_TREE_NODES - 1}, got {num_draft}")
     if max_new_tokens < 0:
         raise ValueError(f"spec.generate: max_new_tokens must be >= 0, got {max_new_tokens}")
     draft = prompt_lookup() if draft is None else draft
@@ -183,20 +289,44 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
     cache = _cache_of(out)
     attn = _attention_layers(cache, {w.layer_idx for w in wrappers})
     vocab = out.logits.shape[-1]
+    dtype = out.logits.dtype if not attn else attn[0].keys.dtype
+    dev = input_ids.device
     pending = int(out.logits[0, -1].float().argmax())
     generated = [pending]
     while len(generated) < max_new_tokens and pending not in eos:
         room = max_new_tokens - len(generated)  # a round emits its accepted drafts and one more token
-        d = _check_draft(draft(tokens + generated, min(num_draft, room - 1)), min(num_draft, room - 1), vocab) \
-            if room > 1 else []
-        ids = torch.tensor([[pending] + d], dtype=input_ids.dtype, device=input_ids.device)
+        k = min(num_draft, room - 1)
+        d = draft(tokens + generated, k) if k > 0 else []
+        if isinstance(d, DraftTree):
+            toks, parents = _check_tree(d, k, vocab)
+        else:
+            toks = _check_draft(d, k, vocab)
+            parents = list(range(len(toks)))  # a chain: row j's parent is row j - 1
+        rows = [-1] + parents
+        tree = isinstance(d, DraftTree) or len(toks) > MAX_VERIFY_TOKENS - 1
+        depth = _tree_depths(rows, "spec.generate") if tree else list(range(len(rows)))
+        ids = torch.tensor([[pending] + toks], dtype=input_ids.dtype, device=dev)
+        t = ids.shape[1]
+        kwargs = {cache_kw: cache}
         lengths = [_seq_len(layer) for layer in attn]
+        if tree:
+            past = int(cache.get_seq_length())
+            anc = torch.zeros(t, t, dtype=torch.bool)  # anc[i, j]: row j is row i or an ancestor of it
+            for i in range(t):
+                anc[i, i] = True
+                if rows[i] >= 0:
+                    anc[i] |= anc[rows[i]]
+            mask = torch.zeros(1, 1, t, past + t, dtype=dtype)
+            mask[0, 0, :, past:].masked_fill_(~anc, torch.finfo(dtype).min)
+            kwargs["attention_mask"] = mask.to(dev)
+            kwargs["position_ids"] = (torch.tensor(depth, dtype=torch.long) + past)[None].to(dev)
+            par = torch.tensor([rows], dtype=torch.int64, device=dev)
         for w in wrappers:
             w.discard()
-            w._verify = True
+            w._verify, w._tree_parents = True, par if tree else None
         try:
-            out = model(ids, use_cache=True, **{cache_kw: cache})
-            preds = out.logits[0, -ids.shape[1]:].float().argmax(-1).tolist()
+            out = model(ids, use_cache=True, **kwargs)
+            preds = out.logits[0, -t:].float().argmax(-1).tolist()
         except BaseException:
             _drop_last(attn, lengths)
             for w in wrappers:
@@ -204,22 +334,31 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
             raise
         finally:
             for w in wrappers:
-                w._verify = False
-        n = 0
-        while n < len(d) and d[n] == preds[n]:
-            n += 1
+                w._verify, w._tree_parents = False, None
+        path = [0]  # the accepted rows: the pending token, then each child that is the greedy choice
+        while True:
+            nxt = next((j for j in range(1, t) if rows[j] == path[-1] and toks[j - 1] == preds[path[-1]]), None)
+            if nxt is None:
+                break
+            path.append(nxt)
+        n = len(path) - 1
         for w in wrappers:  # the pending token and the n accepted drafts enter the state
-            w.commit(n + 1)
-        _drop_last(attn, [x + n + 1 for x in lengths])
+            if tree:
+                w.commit(path[-1], path)
+            else:
+                w.commit(n + 1)
+        if tree:
+            _keep_rows(attn, past, path)
+        else:
+            _drop_last(attn, [x + n + 1 for x in lengths])
         stats.rounds += 1
-        stats.drafted += len(d)
+        stats.drafted += len(toks)
         stats.accepted += n
         stats.per_round.append(n)
-        new = d[:n] + [preds[n]]
-        for t in new:
-            generated.append(t)
-            if t in eos:
+        for tok in [toks[j - 1] for j in path[1:]] + [preds[path[-1]]]:
+            generated.append(tok)
+            if tok in eos:
                 break
         pending = generated[-1]
-    gen = torch.tensor([generated], dtype=input_ids.dtype, device=input_ids.device)
+    gen = torch.tensor([generated], dtype=input_ids.dtype, device=dev)
     return SpecOutput(torch.cat([input_ids, gen], dim=1), stats, cache)

@@ -66,36 +66,90 @@ def _greedy(model, ids, steps):
     return chosen, cache
 
 
+def _reference(device, steps):
+    """The swapped model, a prompt, and one-token greedy decoding of `steps` tokens on a copy of the
+    model: (model, prompt ids, prompt + greedy tokens, the copy's cache after all but the last)."""
+    model = _swapped(device)
+    ref_model = copy.deepcopy(model)
+    ids = torch.randint(0, 512, (1, 7), generator=torch.Generator().manual_seed(3)).to(device)
+    with torch.no_grad():
+        chosen, ref_cache = _greedy(ref_model, ids, steps)
+    if not all(w.fast_steps == steps - 1 for w in ref_model.modules() if isinstance(w, qnn.GatedDeltaNetDecode)):
+        pytest.skip("this transformers' cache is not the layout swap_gdn knows (HF's forward ran)")
+    return model, ids, ids[0].tolist() + chosen, ref_cache
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("num_draft,wrong_every", [(4, 3), (7, 5), (15, 1000)])
+@pytest.mark.parametrize("num_draft,wrong_every", [(4, 3), (7, 5), (15, 1000), (30, 7)])
 def test_speculative_greedy_is_one_token_greedy(device, num_draft, wrong_every):
     """The tokens spec.generate emits are those of one-token greedy decoding, and the three GDN layers
     (before the model's attention layer) end with the conv and recurrent states of one-token decoding,
     bit for bit: every round verified, then committed only the accepted tokens."""
-    model = _swapped(device)
-    ref_model = copy.deepcopy(model)
-    ids = torch.randint(0, 512, (1, 7), generator=torch.Generator().manual_seed(3)).to(device)
     steps = 20
-    with torch.no_grad():
-        chosen, ref_cache = _greedy(ref_model, ids, steps)
-    wrappers = [m for m in ref_model.modules() if isinstance(m, qnn.GatedDeltaNetDecode)]
-    if not all(w.fast_steps == steps - 1 for w in wrappers):
-        pytest.skip("this transformers' cache is not the layout swap_gdn knows (HF's forward ran)")
-    truth = ids[0].tolist() + chosen
+    model, ids, truth, ref_cache = _reference(device, steps)
     got = spec.generate(model, ids, max_new_tokens=steps, draft=_oracle(truth, wrong_every), num_draft=num_draft)
-    assert got.tokens[0].tolist() == truth
+    _check_against_greedy(got, ref_cache, truth, steps, ids)
     st = got.stats
-    assert st.accepted + st.rounds == steps - 1  # every round emits its accepted drafts and one more token
     assert st.rounds < steps - 1 and st.drafted >= st.accepted > 0
     if wrong_every < 100:
         assert st.drafted > st.accepted  # some drafts were rejected
     assert all(w.verifies == st.rounds and w.fast_steps == 0
                for w in model.modules() if isinstance(w, qnn.GatedDeltaNetDecode))
+    assert int(got.past_key_values.get_seq_length()) == int(ref_cache.get_seq_length()) == ids.shape[1] + steps - 1
+
+
+def _tree_oracle(truth, wrong_every, vocab=512):
+    """A tree draft: at every depth a decoy (every other one with a child of its own) before the node
+    that follows the greedy continuation (wrong every `wrong_every`-th time), so the accepted path
+    leaves each node through its last child, after the decoys' subtrees (depth-first order)."""
+    calls = [0]
+
+    def draft(tokens, k):
+        n, toks, parents, parent, i = len(tokens), [], [], 0, 0
+        while len(toks) + 3 <= k and n + i < len(truth):
+            calls[0] += 1
+            t = truth[n + i]
+            toks.append((t + 7) % vocab)
+            parents.append(parent)  # the decoy
+            if i % 2:
+                toks.append((t + 11) % vocab)
+                parents.append(len(toks) - 1)  # the decoy's child
+            toks.append((t + 1) % vocab if calls[0] % wrong_every == 0 else t)
+            parents.append(parent)
+            parent = len(toks)
+            i += 1
+        return spec.DraftTree(toks, parents)
+
+    return draft
+
+
+def _check_against_greedy(got, ref_cache, truth, steps, ids):
+    assert got.tokens[0].tolist() == truth
+    st = got.stats
+    assert st.accepted + st.rounds == steps - 1  # every round emits its accepted drafts and one more token
     for (c_ref, s_ref), (c_got, s_got) in zip(_states(ref_cache), _states(got.past_key_values)):
         assert torch.equal(c_got, c_ref)
         assert torch.equal(s_got, s_ref)
-    # the attention layer's cache holds the same positions (the rejected ones dropped)
-    assert got.past_key_values.get_seq_length() == ref_cache.get_seq_length() == ids.shape[1] + steps - 1
+    # the attention layer keeps the accepted positions only, their keys and values those of one-token decoding
+    # (the k / v projections, norms and RoPE positions row-invariant)
+    a_got, a_ref = got.past_key_values.layers[3], ref_cache.layers[3]
+    assert a_got.keys.shape[-2] == ids.shape[1] + steps - 1
+    assert torch.equal(a_got.keys, a_ref.keys) and torch.equal(a_got.values, a_ref.values)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_draft,wrong_every", [(9, 3), (20, 4), (63, 1000)])
+def test_tree_speculation_is_one_token_greedy(device, num_draft, wrong_every):
+    """Drafted trees (decoys beside the greedy path, depth-first order) verified by conv_tree and
+    gdn_tree_verify, the attention layer under the tree's mask at depth positions, the accepted path
+    committed: the tokens, the GDN layers' states and the attention cache's keys and values are those
+    of one-token greedy decoding, bit for bit."""
+    steps = 24
+    model, ids, truth, ref_cache = _reference(device, steps)
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=_tree_oracle(truth, wrong_every),
+                        num_draft=num_draft)
+    _check_against_greedy(got, ref_cache, truth, steps, ids)
+    assert got.stats.rounds < steps - 1 and got.stats.drafted > got.stats.accepted > 0
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -160,6 +214,28 @@ def test_prompt_lookup():
         spec.prompt_lookup(max_ngram=1, min_ngram=2)
 
 
+def test_prompt_lookup_tree():
+    d = spec.prompt_lookup_tree(max_ngram=2, branches=3)
+    # the 2-gram (1, 2) recurs three times, followed by 3 4 9 .. / 3 5 0 .. / 6 0 ..: latest first, the
+    # shared 3 once, at most k nodes
+    toks = [1, 2, 6, 0, 1, 2, 3, 5, 0, 1, 2, 3, 4, 9, 1, 2]
+    tree = d(toks, 6)
+    assert tree.tokens == [3, 4, 9, 1, 2, 5] and tree.parents == [0, 1, 2, 3, 4, 1]
+    assert spec._tree_depths(tree.rows(), "t") == [0, 1, 2, 3, 4, 5, 2]  # (depth-first order checked)
+    assert d(toks, 2) == spec.DraftTree([3, 4], [0, 1])
+    tree = d([1, 2, 7, 1, 2, 8, 1, 2], 6)  # two branches, renumbered depth-first
+    assert tree.tokens == [8, 1, 2, 7, 1, 2] and tree.parents == [0, 1, 2, 0, 4, 5]
+    assert d([1, 2, 3], 4).tokens == []
+    with pytest.raises(ValueError, match="branches"):
+        spec.prompt_lookup_tree(branches=0)
+
+
+def test_tree_order_is_checked():
+    assert spec._tree_depths([-1, 0, 1, 0, 3], "t") == [0, 1, 2, 1, 2]
+    with pytest.raises(ValueError, match="drafted row 4 has parent 1"):
+        spec._tree_depths([-1, 0, 1, 0, 1], "t")  # row 1 is not an ancestor of row 3
+
+
 def test_generate_checks_its_arguments():
     m = torch.nn.Linear(2, 2)
     ids = torch.zeros(1, 3, dtype=torch.long)
@@ -167,8 +243,8 @@ def test_generate_checks_its_arguments():
         spec.generate(m, ids, max_new_tokens=4)
     with pytest.raises(ValueError, match=r"input_ids must be a \[1, L\]"):
         spec.generate(m, torch.zeros(2, 3, dtype=torch.long), max_new_tokens=4)
-    with pytest.raises(ValueError, match="num_draft must be in 1..15"):
-        spec.generate(m, ids, max_new_tokens=4, num_draft=16)
+    with pytest.raises(ValueError, match="num_draft must be in 1..63"):
+        spec.generate(m, ids, max_new_tokens=4, num_draft=64)
     with pytest.raises(ValueError, match="max_new_tokens"):
         spec.generate(m, ids, max_new_tokens=-1)
 
