@@ -18,8 +18,8 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import (conv_chain, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_step_raw, gdn_tree_verify,
-                  head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
+from .ops import (conv_chain, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_commit_verify, gdn_step_raw,
+                  gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       nvfp4_global_scale, quantize_nvfp4)
 from .reference import gdn_gates
@@ -359,7 +359,10 @@ class GatedDeltaNetDecode(torch.nn.Module):
     Verify mode (set by ``qwen38_kernels.spec``): a cached forward of a drafted chain (1..16 tokens) or tree
     (1..64 nodes) runs ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` on the
     cached states without writing them; ``commit`` then leaves the state of the accepted tokens
-    (``gdn_commit``), ``discard()`` the state before the verify. ``verifies`` counts them."""
+    (``gdn_commit``), ``discard()`` the state before the verify. ``verifies`` counts them. With
+    ``fold_commits`` the recurrent replay waits for the next verify, which runs ``gdn_commit_verify`` (each
+    state tile read and written once a round instead of read twice); ``flush()`` (also run before a plain
+    step) replays it at once."""
 
     def __init__(self, gdn: torch.nn.Module):
         super().__init__()
@@ -382,6 +385,8 @@ class GatedDeltaNetDecode(torch.nn.Module):
         self._tree_parents: torch.Tensor | None = None
         self._pending: tuple | None = None
         self._cache = None
+        self.fold_commits = False  # commit() leaves the recurrent replay to the next verify (gdn_commit_verify)
+        self._deferred: tuple | None = None  # that replay: gdn_commit's arguments but the pool and slots
 
     def _states(self, cache, hidden_states):
         """HF's (conv_state [B, C, 4], recurrent_state [B, 48, 128, 128] fp32) for a cached decode step,
@@ -420,6 +425,7 @@ class GatedDeltaNetDecode(torch.nn.Module):
             h = (h * attention_mask[:, :, None]).to(h.dtype)
         if self._verify:
             return self._verify_forward(h, cache)
+        self.flush()
         st = self._states(cache, hidden_states) if hidden_states.shape[1] == 1 else None
         if st is None:
             return self.gdn(hidden_states, *args, **kwargs)
@@ -473,7 +479,14 @@ class GatedDeltaNetDecode(torch.nn.Module):
         k = y[..., 2048:4096].view(b, t, 16, 128)
         v = y[..., 4096:].view(b, t, 48, 128)
         g, beta = gdn_gates(a, bb, m.A_log, m.dt_bias)   # gdn_step_raw's in-kernel gates, as tensors
-        if parents is None:
+        if self._deferred is not None:  # the last commit's replay, folded in: each state tile read and written once
+            c_k, c_v, c_g, c_beta, c_acc, c_par, c_rec = self._deferred
+            if c_rec is not rec:
+                raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a deferred commit for another "
+                                   "cache; call flush() before changing caches")
+            o = gdn_commit_verify(c_k, c_v, c_g, c_beta, c_acc, c_par, q, k, v, g, beta, rec, slots, parents)
+            self._deferred = None
+        elif parents is None:
             o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
         else:
             o = gdn_tree_verify(q, k, v, g, beta, rec, slots, parents)
@@ -482,6 +495,13 @@ class GatedDeltaNetDecode(torch.nn.Module):
         self.verifies += 1
         o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, t, -1)
         return m.out_proj(o)
+
+    def flush(self) -> None:
+        """Replays a commit left for the next verify (``fold_commits``) into the recurrent state now."""
+        if self._deferred is not None:
+            k, v, g, beta, acc, parents, rec = self._deferred
+            self._deferred = None
+            gdn_commit(k, v, g, beta, rec, self._slot_index(k.shape[0], k.device), acc, parents)
 
     def discard(self) -> None:
         """(after a verify) forgets it: the cache keeps the state from before the verify."""
@@ -513,7 +533,10 @@ class GatedDeltaNetDecode(torch.nn.Module):
             return
         acc = torch.full((x.shape[0],), accepted if parents is not None else len(rows), dtype=torch.int64,
                          device=x.device)
-        gdn_commit(k, v, g, beta, rec, slots, acc, parents)
+        if self.fold_commits:
+            self._deferred = (k, v, g, beta, acc, parents, rec)
+        else:
+            gdn_commit(k, v, g, beta, rec, slots, acc, parents)
         xs = x if parents is None else x[:, torch.tensor(rows, device=x.device)]
         n = len(rows)
         window = torch.cat([conv, xs[:, :n].transpose(1, 2)], dim=-1)[:, :, n:n + conv.shape[-1]]

@@ -247,7 +247,8 @@ def _keep_rows(layers: list, past: int, rows: list[int]) -> None:
 
 @torch.no_grad()
 def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, draft: Callable | None = None,
-             num_draft: int = 4, eos_token_id: int | Sequence[int] | None = None) -> SpecOutput:
+             num_draft: int = 4, eos_token_id: int | Sequence[int] | None = None,
+             fold_commits: bool = True) -> SpecOutput:
     """Greedy decoding of ``max_new_tokens`` tokens (fewer when an ``eos_token_id`` comes), verifying up to
     ``num_draft`` (1..63) drafted tokens a round.
 
@@ -261,8 +262,13 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
       ``prompt_lookup()``. Fewer (or none) is fine: such a round is an ordinary decode step. A chain of
       up to 15 tokens runs the chain kernels, anything else the tree kernels (up to 63 nodes).
 
-    The prompt is prefilled by the model's own forward. Returns the tokens, ``SpecStats`` and the cache.
-    An exception inside a round leaves the cache as the round found it."""
+    - ``fold_commits``: each round's commit of the recurrent state is folded into the next round's verify
+      (``gdn_commit_verify``: one state read and write a round instead of two reads and a write; the same
+      bits); the last one is replayed before returning.
+
+    The prompt is prefilled by the model's own forward. Returns the tokens, ``SpecStats`` and the cache
+    (its states those of the tokens fed). An exception inside a round leaves the cache as the round found
+    it (with the previous round's commit applied)."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1 \
             or input_ids.shape[1] < 1:
         got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
@@ -275,16 +281,28 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
     eos = set() if eos_token_id is None else {int(eos_token_id)} if isinstance(eos_token_id, int) \
         else {int(e) for e in eos_token_id}
     wrappers = _gdn_wrappers(model)
-    stats = SpecStats()
-    tokens = input_ids[0].tolist()
     if max_new_tokens == 0:
-        return SpecOutput(input_ids.clone(), stats)
+        return SpecOutput(input_ids.clone(), SpecStats())
 
     # the cache keyword: `cache` in newer transformers (which deprecate `past_key_values`), else the old one
     try:
         cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     except (TypeError, ValueError):
         cache_kw = "past_key_values"
+    for w in wrappers:
+        w.flush()
+        w.fold_commits = bool(fold_commits)
+    try:
+        return _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw)
+    finally:
+        for w in wrappers:
+            w.flush()
+            w.fold_commits = False
+
+
+def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw) -> SpecOutput:
+    stats = SpecStats()
+    tokens = input_ids[0].tolist()
     out = model(input_ids, use_cache=True)
     cache = _cache_of(out)
     attn = _attention_layers(cache, {w.layer_idx for w in wrappers})

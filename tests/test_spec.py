@@ -80,14 +80,16 @@ def _reference(device, steps):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("num_draft,wrong_every", [(4, 3), (7, 5), (15, 1000), (30, 7)])
-def test_speculative_greedy_is_one_token_greedy(device, num_draft, wrong_every):
+@pytest.mark.parametrize("num_draft,wrong_every,fold", [(4, 3, True), (7, 5, False), (15, 1000, True),
+                                                        (30, 7, True)])
+def test_speculative_greedy_is_one_token_greedy(device, num_draft, wrong_every, fold):
     """The tokens spec.generate emits are those of one-token greedy decoding, and the three GDN layers
     (before the model's attention layer) end with the conv and recurrent states of one-token decoding,
     bit for bit: every round verified, then committed only the accepted tokens."""
     steps = 20
     model, ids, truth, ref_cache = _reference(device, steps)
-    got = spec.generate(model, ids, max_new_tokens=steps, draft=_oracle(truth, wrong_every), num_draft=num_draft)
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=_oracle(truth, wrong_every), num_draft=num_draft,
+                        fold_commits=fold)
     _check_against_greedy(got, ref_cache, truth, steps, ids)
     st = got.stats
     assert st.rounds < steps - 1 and st.drafted >= st.accepted > 0
@@ -138,8 +140,8 @@ def _check_against_greedy(got, ref_cache, truth, steps, ids):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("num_draft,wrong_every", [(9, 3), (20, 4), (63, 1000)])
-def test_tree_speculation_is_one_token_greedy(device, num_draft, wrong_every):
+@pytest.mark.parametrize("num_draft,wrong_every,fold", [(9, 3, True), (20, 4, False), (63, 1000, True)])
+def test_tree_speculation_is_one_token_greedy(device, num_draft, wrong_every, fold):
     """Drafted trees (decoys beside the greedy path, depth-first order) verified by conv_tree and
     gdn_tree_verify, the attention layer under the tree's mask at depth positions, the accepted path
     committed: the tokens, the GDN layers' states and the attention cache's keys and values are those
@@ -147,15 +149,17 @@ def test_tree_speculation_is_one_token_greedy(device, num_draft, wrong_every):
     steps = 24
     model, ids, truth, ref_cache = _reference(device, steps)
     got = spec.generate(model, ids, max_new_tokens=steps, draft=_tree_oracle(truth, wrong_every),
-                        num_draft=num_draft)
+                        num_draft=num_draft, fold_commits=fold)
     _check_against_greedy(got, ref_cache, truth, steps, ids)
     assert got.stats.rounds < steps - 1 and got.stats.drafted > got.stats.accepted > 0
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_failed_round_leaves_the_cache_as_it_was(device):
-    """A draft source that raises, and a forward that raises mid-round: the exception reaches the caller
-    and the cache keeps its lengths and states (nothing verified is left in it)."""
+    """A draft source that raises, and a forward that raises mid-round: the exception reaches the caller,
+    the attention cache is back at its length and no verify wrote a state. With the commits folded into
+    the verifies, the previous round's commit is applied (by the verifies that ran, then by the final
+    flush): the same states as without folding."""
     model = _swapped(device)
     ids = torch.randint(0, 512, (1, 6), generator=torch.Generator().manual_seed(5)).to(device)
 
@@ -165,41 +169,46 @@ def test_a_failed_round_leaves_the_cache_as_it_was(device):
     with pytest.raises(KeyError, match="draft failed"):
         spec.generate(model, ids, max_new_tokens=5, draft=bad_draft)
 
-    calls = [0]
-    wrapped = [m for m in model.modules() if isinstance(m, qnn.GatedDeltaNetDecode)]
-    inner = wrapped[2].gdn.out_proj
-    real_forward = inner.forward
+    finals = []
+    for fold in (False, True):
+        m = copy.deepcopy(model)
+        wrapped = [x for x in m.modules() if isinstance(x, qnn.GatedDeltaNetDecode)]
+        inner = wrapped[2].gdn.out_proj
+        real_forward, calls, snap, seen = inner.forward, [0], {}, {}
 
-    snap = {}
+        def failing(x, inner_forward=real_forward, calls=calls, snap=snap, wrapped=wrapped):
+            calls[0] += 1
+            if calls[0] == 3:  # the prefill, round 1, then round 2 fails in the last GDN layer
+                snap["cache"] = wrapped[2]._cache  # (set by the verify under way)
+                snap["states"] = _states(snap["cache"])
+                raise RuntimeError("boom")
+            return inner_forward(x)
 
-    def failing(x):
-        calls[0] += 1
-        if calls[0] == 3:  # the prefill, round 1, then round 2 fails in the last GDN layer
-            snap["cache"] = wrapped[2]._cache  # (set by the verify under way)
-            snap["states"] = _states(snap["cache"])
-            raise RuntimeError("boom")
-        return real_forward(x)
+        inner.forward = failing
+        real_drop = spec._drop_last
 
-    inner.forward = failing
-    seen = {}
-    real_drop = spec._drop_last
+        def spy_drop(layers, lengths, seen=seen, real_drop=real_drop):
+            real_drop(layers, lengths)
+            seen["after"] = [spec._seq_len(x) for x in layers]
+            seen["want"] = list(lengths)
 
-    def spy_drop(layers, lengths):
-        seen.setdefault("before", [spec._seq_len(x) for x in layers])
-        real_drop(layers, lengths)
-        seen["after"] = [spec._seq_len(x) for x in layers]
-        seen["want"] = list(lengths)
-
-    spec._drop_last = spy_drop
-    try:
-        with pytest.raises(RuntimeError, match="boom"):
-            spec.generate(model, ids, max_new_tokens=8, draft=lambda t, k: [1, 2, 3][:k], num_draft=3)
-    finally:
-        spec._drop_last = real_drop
-        inner.forward = real_forward
-    assert seen["after"] == seen["want"]  # the attention layer's cache back to its length
-    assert all(w._pending is None and w._cache is None and not w._verify for w in wrapped)
-    for (c0, s0), (c1, s1) in zip(snap["states"], _states(snap["cache"])):  # the verifies wrote nothing
+        spec._drop_last = spy_drop
+        try:
+            with pytest.raises(RuntimeError, match="boom"):
+                spec.generate(m, ids, max_new_tokens=8, draft=lambda t, k: [1, 2, 3][:k], num_draft=3,
+                              fold_commits=fold)
+        finally:
+            spec._drop_last = real_drop
+            inner.forward = real_forward
+        assert seen["after"] == seen["want"]  # the attention layer's cache back to its length
+        assert all(w._pending is None and w._cache is None and w._deferred is None and not w._verify
+                   and not w.fold_commits for w in wrapped)
+        final = _states(snap["cache"])
+        if not fold:  # the verifies wrote nothing
+            for (c0, s0), (c1, s1) in zip(snap["states"], final):
+                assert torch.equal(c0, c1) and torch.equal(s0, s1)
+        finals.append(final)
+    for (c0, s0), (c1, s1) in zip(*finals):
         assert torch.equal(c0, c1) and torch.equal(s0, s1)
 
 
