@@ -8,13 +8,15 @@ commits only the accepted ones:
     out = spec.generate(model, input_ids, max_new_tokens=128, draft=spec.prompt_lookup(), num_draft=7)
     out.tokens, out.stats                     # [1, L + new] token ids; rounds, drafted, accepted
 
-A round feeds the pending token (chosen, not yet fed) and up to ``num_draft`` drafted tokens in one
-forward. In each Gated DeltaNet layer (``nn.GatedDeltaNetDecode`` in verify mode) ``conv_chain`` and
-``gdn_chain_verify`` compute every position's output from the cached state, which they only read; the
-attention layers append to HF's KV cache as usual. The drafts are accepted up to the first one that
-differs from the model's greedy choice (the argmax of the fp32 logits); ``commit`` then replays the
-accepted tokens into the recurrent state (``gdn_commit``) and the conv state, and the attention
-layers' caches drop the rejected positions. Nothing else changes, so the next round starts from the
+A round feeds the pending token (chosen, not yet fed) and the drafted tokens in one forward: a chain
+(a list) or a tree (``DraftTree``, depth-first order; the attention layers get its mask and each node's
+depth as its position). In each Gated DeltaNet layer (``nn.GatedDeltaNetDecode`` in verify mode)
+``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` compute every row's output
+from the cached state, which they only read; the attention layers append to HF's KV cache as usual.
+The greedy path through the drafts is accepted (each drafted token that equals the argmax of its
+parent row's fp32 logits); ``commit`` then replays it into the recurrent state (``gdn_commit``, or
+folded into the next round's verify: ``gdn_commit_verify``) and the conv state, and the attention
+layers' caches keep only its positions. Nothing else changes, so the next round starts from the
 state one-token decode would have reached.
 
 Exactness: a verify row of a Gated DeltaNet layer is bit-identical to the corresponding one-token step
@@ -22,8 +24,9 @@ and the committed state to the stepped one (the ops' contract); with the norms, 
 head swapped, every layer but HF's attention computes each row independently of the row count. HF's
 attention over T queries is not guaranteed to give the bits of one query, so the logits of a verify can
 differ from one-token decode in their last bits (and a near-tie could then pick another token); the
-recurrent states of the layers before the first attention layer are bit-identical to one-token decode's
-(``tests/test_spec.py``). Greedy only; batch size 1 (as HF's assisted generation).
+recurrent states of the layers before the first attention layer, and the attention keys and values, are
+bit-identical to one-token decode's (``tests/test_spec.py``). Greedy only; batch size 1 (as HF's
+assisted generation).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ __all__ = ["generate", "prompt_lookup", "prompt_lookup_tree", "DraftTree", "Spec
 
 MAX_VERIFY_TOKENS = 16  # the chain verify's limit: the pending token and up to 15 drafts
 
-Draft = Callable[[Sequence[int], int], Sequence[int]]
+Draft = Callable[[Sequence[int], int], Sequence[int]]  # (prompt_lookup_tree's drafts return a DraftTree)
 
 
 @dataclass
@@ -93,6 +96,22 @@ def _tree_depths(parents: list[int], where: str) -> list[int]:
     return depth
 
 
+def _continuations(toks: list[int], k: int, max_ngram: int, min_ngram: int, most: int) -> list[list[int]]:
+    """The next (up to) k tokens after each of the latest ``most`` earlier occurrences of the longest suffix
+    of ``toks`` (``max_ngram`` down to ``min_ngram`` tokens) that occurred earlier, latest first."""
+    n_tok, conts = len(toks), []
+    for n in range(min(max_ngram, n_tok - 1), min_ngram - 1, -1):
+        suffix = toks[n_tok - n:]
+        for start in range(n_tok - n - 1, -1, -1):
+            if toks[start:start + n] == suffix:
+                conts.append(toks[start + n:start + n + k])
+                if len(conts) == most:
+                    return conts
+        if conts:
+            return conts
+    return conts
+
+
 def prompt_lookup(max_ngram: int = 3, min_ngram: int = 1) -> Draft:
     """A draft source without a second model ("prompt lookup"): the longest suffix of the tokens so far
     (``max_ngram`` down to ``min_ngram`` tokens) that occurred earlier, and the tokens that followed its
@@ -101,16 +120,8 @@ def prompt_lookup(max_ngram: int = 3, min_ngram: int = 1) -> Draft:
         raise ValueError(f"prompt_lookup: need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
 
     def draft(tokens: Sequence[int], k: int) -> list[int]:
-        toks = list(tokens)
-        n_tok = len(toks)
-        for n in range(min(max_ngram, n_tok - 1), min_ngram - 1, -1):
-            suffix = toks[n_tok - n:]
-            for start in range(n_tok - n - 1, -1, -1):  # latest earlier occurrence first
-                if toks[start:start + n] == suffix:
-                    follow = toks[start + n:start + n + k]
-                    if follow:
-                        return follow
-        return []
+        conts = _continuations(list(tokens), k, max_ngram, min_ngram, 1)
+        return conts[0] if conts else []
 
     return draft
 
@@ -124,18 +135,7 @@ def prompt_lookup_tree(max_ngram: int = 3, min_ngram: int = 1, branches: int = 4
                          f"{min_ngram}, {max_ngram}, {branches}")
 
     def draft(tokens: Sequence[int], k: int) -> DraftTree:
-        toks = list(tokens)
-        n_tok = len(toks)
-        conts: list[list[int]] = []
-        for n in range(min(max_ngram, n_tok - 1), min_ngram - 1, -1):
-            suffix = toks[n_tok - n:]
-            for start in range(n_tok - n - 1, -1, -1):
-                if toks[start:start + n] == suffix and toks[start + n:start + n + 1]:
-                    conts.append(toks[start + n:start + n + k])
-                    if len(conts) == branches:
-                        break
-            if conts:
-                break
+        conts = _continuations(list(tokens), k, max_ngram, min_ngram, branches)
         kids: dict[int, list[tuple[int, int]]] = {0: []}  # trie node -> [(token, node)], in insertion order
         n_nodes = 0
         for cont in conts:
