@@ -262,6 +262,9 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
       ``prompt_lookup()``. Fewer (or none) is fine: such a round is an ordinary decode step. A chain of
       up to 15 tokens runs the chain kernels, anything else the tree kernels (up to 63 nodes).
 
+    - Exactness past 32 verify rows: up to 32 every swapped GEMM gives each row its 1-row bits; past 32
+      ``nvfp4_linear`` takes its prefill strategy, which ``QWEN38_NVFP4_PREFILL=chunked`` keeps
+      row-invariant (32-row slices; auto may pick a faster one that is not).
     - ``fold_commits``: each round's commit of the recurrent state is folded into the next round's verify
       (``gdn_commit_verify``: one state read and write a round instead of two reads and a write; the same
       bits); the last one is replayed before returning.
