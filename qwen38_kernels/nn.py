@@ -379,10 +379,10 @@ class GatedDeltaNetDecode(torch.nn.Module):
         self.fast_steps = 0
         self.verifies = 0
         self._slots: torch.Tensor | None = None
-        # (qwen38_kernels.spec) verify mode: a cached forward of 1..16 tokens runs conv_chain and
-        # gdn_chain_verify without writing the cache; _pending keeps what commit() replays
+        # (qwen38_kernels.spec) verify mode: a cached forward of drafted tokens runs the chain or tree
+        # verify without writing the cache; _pending keeps what commit() replays
         self._verify = False
-        self._tree_parents: torch.Tensor | None = None
+        self._tree: tuple[list[int], torch.Tensor] | None = None  # a tree verify's parents: host list, device
         self._pending: tuple | None = None
         self._cache = None
         self.fold_commits = False  # commit() leaves the recurrent replay to the next verify (gdn_commit_verify)
@@ -451,16 +451,17 @@ class GatedDeltaNetDecode(torch.nn.Module):
 
     def _verify_forward(self, h: torch.Tensor, cache) -> torch.Tensor:
         """(verify mode, ``qwen38_kernels.spec``) T drafted tokens after the cached state, a chain (1..16
-        tokens) or, with ``_tree_parents`` set ([B, T] int64, depth-first order, -1 = the cached state),
-        a tree (1..64 nodes): ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify``
-        read HF's conv and recurrent states and write neither; a row is what one-token steps along its
-        path would output, bit for bit. ``commit`` then leaves the state of the accepted tokens."""
+        tokens) or, with ``_tree`` set (the parents, depth-first order, -1 = the cached state: a list and
+        the same as a [1, T] int64 tensor on the device), a tree (1..64 nodes): ``conv_chain`` /
+        ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` read HF's conv and recurrent states
+        and write neither; a row is what one-token steps along its path would output, bit for bit.
+        ``commit`` then leaves the state of the accepted tokens."""
         st = self._states(cache, h)
         if st is None:
             raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): verify needs a prefilled HF cache "
                                "of the layout this knows (conv [B, C, 4], fp32 recurrent [B, 48, 128, 128])")
         b, t = h.shape[0], h.shape[1]
-        parents = self._tree_parents
+        rows, parents = self._tree if self._tree is not None else (None, None)
         most = 16 if parents is None else 64
         if not 1 <= t <= most:
             what = "chain" if parents is None else "tree"
@@ -490,7 +491,7 @@ class GatedDeltaNetDecode(torch.nn.Module):
             o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
         else:
             o = gdn_tree_verify(q, k, v, g, beta, rec, slots, parents)
-        self._pending = (x, k, v, g, beta, conv, rec, slots, parents)
+        self._pending = (x, k, v, g, beta, conv, rec, slots, parents, rows)
         self._cache = cache
         self.verifies += 1
         o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, t, -1)
@@ -507,26 +508,28 @@ class GatedDeltaNetDecode(torch.nn.Module):
         """(after a verify) forgets it: the cache keeps the state from before the verify."""
         self._pending = self._cache = None
 
-    def commit(self, accepted: int, path: list[int] | None = None) -> None:
+    def commit(self, accepted: int) -> None:
         """(after a verify) leaves in HF's cache the conv and recurrent states of the accepted tokens, bit
         for bit those one-token steps through them leave: ``gdn_commit`` replays them from the verify's
         own k, v, g and beta, and the conv state takes the last 4 of its inputs. A chain: the first
-        ``accepted`` tokens (0: the state before the verify). A tree: ``path``, the rows from the root to
-        the accepted node ``accepted`` (every row's parent the one before it, the first a root)."""
+        ``accepted`` tokens (0: the state before the verify). A tree: the path from the root to node
+        ``accepted`` (-1: none)."""
         if self._pending is None:
             raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): commit without a verify")
-        x, k, v, g, beta, conv, rec, slots, parents = self._pending
+        x, k, v, g, beta, conv, rec, slots, parents, tree_rows = self._pending
         t = x.shape[1]
+        lo = 0 if parents is None else -1
+        if not lo <= accepted <= (t if parents is None else t - 1):
+            raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): accepted must be in "
+                             f"{lo}..{t if parents is None else t - 1}, got {accepted}")
         if parents is None:
-            if not 0 <= accepted <= t:
-                raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): accepted must be in 0..{t}, "
-                                 f"got {accepted}")
             rows = list(range(accepted))
         else:
-            if path is None or not path or path[-1] != accepted:
-                raise ValueError(f"GatedDeltaNetDecode (layer {self.layer_idx}): a tree commit needs the path "
-                                 f"ending at the accepted node {accepted}, got {path}")
-            rows = list(path)
+            rows, r = [], accepted
+            while r >= 0:
+                rows.append(r)
+                r = tree_rows[r]
+            rows.reverse()
         self._pending = None
         cache, self._cache = self._cache, None
         if not rows:

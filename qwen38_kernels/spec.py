@@ -344,7 +344,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
             par = torch.tensor([rows], dtype=torch.int64, device=dev)
         for w in wrappers:
             w.discard()
-            w._verify, w._tree_parents = True, par if tree else None
+            w._verify, w._tree = True, (rows, par) if tree else None
         try:
             out = model(ids, use_cache=True, **kwargs)
             preds = out.logits[0, -t:].float().argmax(-1).tolist()
@@ -355,7 +355,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
             raise
         finally:
             for w in wrappers:
-                w._verify, w._tree_parents = False, None
+                w._verify, w._tree = False, None
         path = [0]  # the accepted rows: the pending token, then each child that is the greedy choice
         while True:
             nxt = next((j for j in range(1, t) if rows[j] == path[-1] and toks[j - 1] == preds[path[-1]]), None)
@@ -364,10 +364,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
             path.append(nxt)
         n = len(path) - 1
         for w in wrappers:  # the pending token and the n accepted drafts enter the state
-            if tree:
-                w.commit(path[-1], path)
-            else:
-                w.commit(n + 1)
+            w.commit(path[-1] if tree else n + 1)
         if tree:
             _keep_rows(attn, past, path)
         else:
