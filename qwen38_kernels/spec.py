@@ -38,7 +38,7 @@ import torch
 
 from .nn import GatedDeltaNetDecode
 
-__all__ = ["generate", "prompt_lookup", "prompt_lookup_tree", "DraftTree", "SpecOutput", "SpecStats",
+__all__ = ["generate", "prompt_lookup", "prompt_lookup_tree", "DraftTree", "Sampling", "SpecOutput", "SpecStats",
            "MAX_VERIFY_TOKENS", "MAX_TREE_NODES"]
 
 MAX_VERIFY_TOKENS = 16  # the chain verify's limit: the pending token and up to 15 drafts
@@ -220,6 +220,72 @@ def _check_draft(d, k: int, vocab: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling instead of greedy choice: softmax(logits / temperature), then (optionally) the ``top_k``
+    largest and the smallest set of those whose mass reaches ``top_p``, renormalized. ``generator``: a
+    CPU ``torch.Generator`` for the draws (reproducible runs). The drafts are accepted by rejection
+    sampling, so the tokens follow the distribution of sampling one token at a time."""
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"Sampling: temperature must be > 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"Sampling: top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"Sampling: top_p must be in (0, 1], got {self.top_p}")
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """[R, V] logits -> [R, V] fp32 probabilities."""
+        x = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < x.shape[-1]:
+            kth = x.topk(self.top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
+        p = torch.softmax(x, dim=-1)
+        if self.top_p is not None and self.top_p < 1:
+            sp, idx = p.sort(dim=-1, descending=True)
+            drop = sp.cumsum(-1) - sp >= self.top_p  # (mass before a token already reaches top_p)
+            p = p.scatter(-1, idx, sp.masked_fill(drop, 0.0))
+            p = p / p.sum(-1, keepdim=True)
+        return p
+
+
+def _walk(rows: list[int], toks: list[int], logits: torch.Tensor, sampling: Sampling | None) -> tuple[list[int], int]:
+    """The accepted rows (root first) and the next token, from the verify's [T, V] logits. Greedy: each
+    drafted child that is its parent row's argmax. Sampling: at each row its children are tried in order,
+    child c accepted with probability p(c) of the row's distribution, else p(c) is set to 0 and p
+    renormalized (rejection sampling of deterministic drafts: the emitted tokens follow p exactly); the
+    next token is drawn from what is left of the last row's p."""
+    t = len(rows)
+    kids: dict[int, list[int]] = {}
+    for j in range(1, t):
+        kids.setdefault(rows[j], []).append(j)
+    path = [0]
+    if sampling is None:
+        preds = logits.argmax(-1).tolist()
+        while True:
+            nxt = next((j for j in kids.get(path[-1], []) if toks[j - 1] == preds[path[-1]]), None)
+            if nxt is None:
+                return path, preds[path[-1]]
+            path.append(nxt)
+    probs, g = sampling.probs(logits), sampling.generator
+    while True:
+        p = probs[path[-1]].double().cpu()
+        for j in kids.get(path[-1], []):
+            tok = toks[j - 1]
+            if float(torch.rand((), dtype=torch.float64, generator=g)) < float(p[tok]):
+                path.append(j)
+                break
+            p[tok] = 0.0
+            p = p / p.sum()
+        else:
+            return path, int(torch.multinomial(p, 1, generator=g))
+
+
 def _check_tree(d: DraftTree, k: int, vocab: int) -> tuple[list[int], list[int]]:
     toks, parents = _check_draft(d.tokens, len(d.tokens) + 1, vocab), [int(p) for p in d.parents]
     if len(toks) != len(parents):
@@ -248,9 +314,9 @@ def _keep_rows(layers: list, past: int, rows: list[int]) -> None:
 @torch.no_grad()
 def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, draft: Callable | None = None,
              num_draft: int = 4, eos_token_id: int | Sequence[int] | None = None,
-             fold_commits: bool = True) -> SpecOutput:
-    """Greedy decoding of ``max_new_tokens`` tokens (fewer when an ``eos_token_id`` comes), verifying up to
-    ``num_draft`` (1..63) drafted tokens a round.
+             fold_commits: bool = True, sampling: Sampling | None = None) -> SpecOutput:
+    """Greedy decoding (or, with ``sampling``, sampling) of ``max_new_tokens`` tokens (fewer when an
+    ``eos_token_id`` comes), verifying up to ``num_draft`` (1..63) drafted tokens a round.
 
     - ``model``: an HF transformers Qwen3.5 / 3.8 causal LM whose Gated DeltaNet modules are wrapped by
       ``nn.swap_gdn`` (the other swaps are optional); it must return ``.logits`` and
@@ -265,6 +331,8 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
     - Exactness past 32 verify rows: up to 32 every swapped GEMM gives each row its 1-row bits; past 32
       ``nvfp4_linear`` takes its prefill strategy, which ``QWEN38_NVFP4_PREFILL=chunked`` keeps
       row-invariant (32-row slices; auto may pick a faster one that is not).
+    - ``sampling``: a ``Sampling`` (temperature, top_k, top_p, generator): the drafts are accepted by
+      rejection sampling, so the output follows the distribution of one-token sampling; None: greedy.
     - ``fold_commits``: each round's commit of the recurrent state is folded into the next round's verify
       (``gdn_commit_verify``: one state read and write a round instead of two reads and a write; the same
       bits); the last one is replayed before returning.
@@ -296,14 +364,14 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
         w.flush()
         w.fold_commits = bool(fold_commits)
     try:
-        return _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw)
+        return _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling)
     finally:
         for w in wrappers:
             w.flush()
             w.fold_commits = False
 
 
-def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw) -> SpecOutput:
+def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling) -> SpecOutput:
     stats = SpecStats()
     tokens = input_ids[0].tolist()
     out = model(input_ids, use_cache=True)
@@ -312,7 +380,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
     vocab = out.logits.shape[-1]
     dtype = out.logits.dtype if not attn else attn[0].keys.dtype
     dev = input_ids.device
-    pending = int(out.logits[0, -1].float().argmax())
+    pending = _walk([-1], [], out.logits[0, -1:], sampling)[1]
     generated = [pending]
     while len(generated) < max_new_tokens and pending not in eos:
         room = max_new_tokens - len(generated)  # a round emits its accepted drafts and one more token
@@ -347,7 +415,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
             w._verify, w._tree = True, (rows, par) if tree else None
         try:
             out = model(ids, use_cache=True, **kwargs)
-            preds = out.logits[0, -t:].float().argmax(-1).tolist()
+            logits = out.logits[0, -t:]
         except BaseException:
             _drop_last(attn, lengths)
             for w in wrappers:
@@ -356,12 +424,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         finally:
             for w in wrappers:
                 w._verify, w._tree = False, None
-        path = [0]  # the accepted rows: the pending token, then each child that is the greedy choice
-        while True:
-            nxt = next((j for j in range(1, t) if rows[j] == path[-1] and toks[j - 1] == preds[path[-1]]), None)
-            if nxt is None:
-                break
-            path.append(nxt)
+        path, nxt = _walk(rows, toks, logits, sampling)  # the accepted rows (the pending token first), the next
         n = len(path) - 1
         for w in wrappers:  # the pending token and the n accepted drafts enter the state
             w.commit(path[-1] if tree else n + 1)
@@ -373,7 +436,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         stats.drafted += len(toks)
         stats.accepted += n
         stats.per_round.append(n)
-        for tok in [toks[j - 1] for j in path[1:]] + [preds[path[-1]]]:
+        for tok in [toks[j - 1] for j in path[1:]] + [nxt]:
             generated.append(tok)
             if tok in eos:
                 break

@@ -276,3 +276,52 @@ def test_generate_refuses_an_unwrapped_gdn_layer():
     ids = torch.randint(0, 512, (1, 5), generator=torch.Generator().manual_seed(7))
     with pytest.raises(ValueError, match="cache layer 1 holds a recurrent state"):
         spec.generate(model, ids, max_new_tokens=4)
+
+
+def test_rejection_sampling_keeps_the_distribution():
+    """_walk's sampling on a fixed tree of deterministic drafts (vocab 5: the pending token's row with
+    children 1, 3 and 1 again; child 1 with a child 2): the first emitted token follows the root row's
+    distribution, and after an accepted 1 the second follows row 1's, within the statistics of 40000
+    draws (fixed seed)."""
+    rows, toks = [-1, 0, 1, 0, 0], [1, 2, 3, 1]
+    probs = torch.tensor([[0.1, 0.4, 0.05, 0.3, 0.15],
+                          [0.5, 0.1, 0.2, 0.1, 0.1],
+                          [0.2, 0.2, 0.2, 0.2, 0.2],
+                          [0.6, 0.1, 0.1, 0.1, 0.1],
+                          [0.2, 0.2, 0.2, 0.2, 0.2]])
+    sampling = spec.Sampling(generator=torch.Generator().manual_seed(11))
+    n, first, second = 40000, torch.zeros(5), torch.zeros(5)
+    for _ in range(n):
+        path, nxt = spec._walk(rows, toks, probs.log(), sampling)
+        emitted = [toks[j - 1] for j in path[1:]] + [nxt]
+        assert 4 not in path  # the second draft of token 1 is never taken: 1 was accepted or zeroed first
+        first[emitted[0]] += 1
+        if emitted[0] == 1:
+            second[emitted[1]] += 1
+    assert float((first / n - probs[0]).abs().max()) < 0.01
+    assert float((second / second.sum() - probs[1]).abs().max()) < 0.015
+
+
+def test_sampling_transform():
+    s = spec.Sampling(temperature=0.5, top_k=3, top_p=0.9)
+    logits = torch.tensor([[2.0, 1.0, 0.5, 3.0, -1.0]])
+    p = s.probs(logits)
+    assert p[0, 1] == 0 and p[0, 2] == 0 and p[0, 4] == 0  # top_k keeps 3, 0, 1; top_p then drops 1
+    want = torch.softmax(torch.tensor([3.0, 2.0]) / 0.5, 0)
+    assert torch.allclose(p[0, [3, 0]], want / want.sum())
+    with pytest.raises(ValueError, match="temperature"):
+        spec.Sampling(temperature=0)
+    with pytest.raises(ValueError, match="top_p"):
+        spec.Sampling(top_p=1.5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_with_one_candidate_is_greedy(device):
+    """Sampling with top_k = 1 puts all the mass on the argmax: the rejection sampler must then give
+    greedy decoding's tokens and states (trees of drafts, folded commits)."""
+    steps = 16
+    model, ids, truth, ref_cache = _reference(device, steps)
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=_tree_oracle(truth, 4), num_draft=12,
+                        sampling=spec.Sampling(top_k=1, generator=torch.Generator().manual_seed(0)))
+    _check_against_greedy(got, ref_cache, truth, steps, ids)
+    assert got.stats.accepted > 0
