@@ -14,7 +14,7 @@ depth as its position). In each Gated DeltaNet layer (``nn.GatedDeltaNetDecode``
 ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` compute every row's output
 from the cached state, which they only read; the attention layers append to HF's KV cache as usual.
 The greedy path through the drafts is accepted (each drafted token that equals the argmax of its
-parent row's fp32 logits); ``commit`` then replays it into the recurrent state (``gdn_commit``, or
+parent row's logits; with ``Sampling``, the path rejection sampling takes); ``commit`` then replays it into the recurrent state (``gdn_commit``, or
 folded into the next round's verify: ``gdn_commit_verify``) and the conv state, and the attention
 layers' caches keep only its positions. Nothing else changes, so the next round starts from the
 state one-token decode would have reached.
@@ -25,8 +25,8 @@ head swapped, every layer but HF's attention computes each row independently of 
 attention over T queries is not guaranteed to give the bits of one query, so the logits of a verify can
 differ from one-token decode in their last bits (and a near-tie could then pick another token); the
 recurrent states of the layers before the first attention layer, and the attention keys and values, are
-bit-identical to one-token decode's (``tests/test_spec.py``). Greedy only; batch size 1 (as HF's
-assisted generation).
+bit-identical to one-token decode's (``tests/test_spec.py``). Greedy, or sampled (``Sampling``: the drafts
+accepted by rejection sampling); batch size 1 (as HF's assisted generation).
 """
 from __future__ import annotations
 
