@@ -14,10 +14,10 @@ depth as its position). In each Gated DeltaNet layer (``nn.GatedDeltaNetDecode``
 ``conv_chain`` / ``conv_tree`` and ``gdn_chain_verify`` / ``gdn_tree_verify`` compute every row's output
 from the cached state, which they only read; the attention layers append to HF's KV cache as usual.
 The greedy path through the drafts is accepted (each drafted token that equals the argmax of its
-parent row's logits; with ``Sampling``, the path rejection sampling takes); ``commit`` then replays it into the recurrent state (``gdn_commit``, or
-folded into the next round's verify: ``gdn_commit_verify``) and the conv state, and the attention
-layers' caches keep only its positions. Nothing else changes, so the next round starts from the
-state one-token decode would have reached.
+parent row's logits; with ``Sampling``, the path rejection sampling takes); ``commit`` then replays
+it into the recurrent state (``gdn_commit``, or folded into the next round's verify:
+``gdn_commit_verify``) and the conv state, and the attention layers' caches keep only its positions.
+Nothing else changes, so the next round starts from the state one-token decode would have reached.
 
 Exactness: a verify row of a Gated DeltaNet layer is bit-identical to the corresponding one-token step
 and the committed state to the stepped one (the ops' contract); with the norms, MLPs, linears and the
@@ -314,7 +314,8 @@ def _keep_rows(layers: list, past: int, rows: list[int]) -> None:
 @torch.no_grad()
 def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, draft: Callable | None = None,
              num_draft: int = 4, eos_token_id: int | Sequence[int] | None = None,
-             fold_commits: bool = True, sampling: Sampling | None = None) -> SpecOutput:
+             fold_commits: bool = True, sampling: Sampling | None = None,
+             on_tokens: Callable[[list[int]], None] | None = None) -> SpecOutput:
     """Greedy decoding (or, with ``sampling``, sampling) of ``max_new_tokens`` tokens (fewer when an
     ``eos_token_id`` comes), verifying up to ``num_draft`` (1..63) drafted tokens a round.
 
@@ -331,6 +332,8 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
     - Exactness past 32 verify rows: up to 32 every swapped GEMM gives each row its 1-row bits; past 32
       ``nvfp4_linear`` takes its prefill strategy, which ``QWEN38_NVFP4_PREFILL=chunked`` keeps
       row-invariant (32-row slices; auto may pick a faster one that is not).
+    - ``on_tokens(new)``: called with each round's emitted tokens as they are known (streaming output;
+      the first call has the prefill's token).
     - ``sampling``: a ``Sampling`` (temperature, top_k, top_p, generator): the drafts are accepted by
       rejection sampling, so the output follows the distribution of one-token sampling; None: greedy.
     - ``fold_commits``: each round's commit of the recurrent state is folded into the next round's verify
@@ -364,14 +367,16 @@ def generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: in
         w.flush()
         w.fold_commits = bool(fold_commits)
     try:
-        return _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling)
+        return _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling,
+                         on_tokens)
     finally:
         for w in wrappers:
             w.flush()
             w.fold_commits = False
 
 
-def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling) -> SpecOutput:
+def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers, cache_kw, sampling,
+              on_tokens) -> SpecOutput:
     stats = SpecStats()
     tokens = input_ids[0].tolist()
     out = model(input_ids, use_cache=True)
@@ -382,6 +387,8 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
     dev = input_ids.device
     pending = _walk([-1], [], out.logits[0, -1:], sampling)[1]
     generated = [pending]
+    if on_tokens is not None:
+        on_tokens([pending])
     while len(generated) < max_new_tokens and pending not in eos:
         room = max_new_tokens - len(generated)  # a round emits its accepted drafts and one more token
         k = min(num_draft, room - 1)
@@ -415,7 +422,8 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
             w._verify, w._tree = True, (rows, par) if tree else None
         try:
             out = model(ids, use_cache=True, **kwargs)
-            logits = out.logits[0, -t:]
+            # the accepted rows (the pending token first) and the next token
+            path, nxt = _walk(rows, toks, out.logits[0, -t:], sampling)
         except BaseException:
             _drop_last(attn, lengths)
             for w in wrappers:
@@ -424,7 +432,6 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         finally:
             for w in wrappers:
                 w._verify, w._tree = False, None
-        path, nxt = _walk(rows, toks, logits, sampling)  # the accepted rows (the pending token first), the next
         n = len(path) - 1
         for w in wrappers:  # the pending token and the n accepted drafts enter the state
             w.commit(path[-1] if tree else n + 1)
@@ -436,10 +443,14 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         stats.drafted += len(toks)
         stats.accepted += n
         stats.per_round.append(n)
+        new = []
         for tok in [toks[j - 1] for j in path[1:]] + [nxt]:
-            generated.append(tok)
+            new.append(tok)
             if tok in eos:
                 break
+        generated += new
         pending = generated[-1]
+        if on_tokens is not None:
+            on_tokens(new)
     gen = torch.tensor([generated], dtype=input_ids.dtype, device=dev)
     return SpecOutput(torch.cat([input_ids, gen], dim=1), stats, cache)

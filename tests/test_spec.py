@@ -325,3 +325,16 @@ def test_sampling_with_one_candidate_is_greedy(device):
                         sampling=spec.Sampling(top_k=1, generator=torch.Generator().manual_seed(0)))
     _check_against_greedy(got, ref_cache, truth, steps, ids)
     assert got.stats.accepted > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_streaming_callback(device):
+    """on_tokens gets the prefill's token, then each round's emitted tokens, in order: together the
+    generated tokens, one call a round after the first."""
+    steps = 12
+    model, ids, truth, _ = _reference(device, steps)
+    calls = []
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=_oracle(truth, 3), num_draft=4,
+                        on_tokens=calls.append)
+    assert [t for c in calls for t in c] == got.tokens[0, ids.shape[1]:].tolist() == truth[ids.shape[1]:]
+    assert len(calls) == got.stats.rounds + 1 and len(calls[0]) == 1
