@@ -98,8 +98,12 @@ def _nvfp4_head(x, packed, scale, g):
     return torch.ops.qwen38.nvfp4_linear(x, packed, scale, g, None, torch.float32)
 
 
+def _nvfp4_weight_bytes(v: int) -> int:
+    return v * K // 2 + v * K // 16  # packed e2m1 + e4m3 scales
+
+
 def _nvfp4_head_bytes(m: int, v: int) -> int:
-    return v * K // 2 + v * K // 16 + 2 * m * K + 4 * m * v
+    return _nvfp4_weight_bytes(v) + 2 * m * K + 4 * m * v
 
 
 def _time_nvfp4_head(q, v: int, m: int) -> tuple[float, int]:
@@ -107,7 +111,7 @@ def _time_nvfp4_head(q, v: int, m: int) -> tuple[float, int]:
     base = bench.rotating_copies(
         lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE),
                    *((q.packed, q.scale) if i == 0 else (q.packed.clone(), q.scale.clone())), q.global_scale),
-        v * K // 2 + v * K // 16 + 2 * m * K)
+        _nvfp4_weight_bytes(v) + 2 * m * K)
     try:
         return bench.time_calls(_nvfp4_head, base, min_calls=MIN_CALLS), len(base)
     finally:

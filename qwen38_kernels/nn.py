@@ -332,12 +332,15 @@ _GDN_GEOMETRY = {"num_k_heads": 16, "num_v_heads": 48, "head_k_dim": 128, "head_
 def _count_tokens(cache, layer_idx: int, n: int) -> None:
     """Tells HF's linear-attention cache layer that n more tokens entered its state, where it counts them
     (transformers >= 5.2x: ``cumulative_length_linear``, which ``get_seq_length`` and so the next call's
-    positions read; HF's own one-token step calls ``increase_count``). Older layers count nothing."""
+    positions read; HF's own one-token step calls ``increase_count``, one token a call). Older layers
+    count nothing."""
     layer = cache.layers[layer_idx]
-    inc = getattr(layer, "increase_count", None)
-    if inc is not None:
+    count = getattr(layer, "cumulative_length_linear", None)
+    if isinstance(count, torch.Tensor):
+        count.add_(n)  # (one add for a commit's n tokens, not n launches)
+    elif hasattr(layer, "increase_count"):
         for _ in range(n):
-            inc(0)
+            layer.increase_count(0)
 
 
 class GatedDeltaNetDecode(torch.nn.Module):
@@ -384,7 +387,6 @@ class GatedDeltaNetDecode(torch.nn.Module):
         self._verify = False
         self._tree: tuple[list[int], torch.Tensor] | None = None  # a tree verify's parents: host list, device
         self._pending: tuple | None = None
-        self._cache = None
         self.fold_commits = False  # commit() leaves the recurrent replay to the next verify (gdn_commit_verify)
         self._deferred: tuple | None = None  # that replay: gdn_commit's arguments but the pool and slots
 
@@ -491,8 +493,7 @@ class GatedDeltaNetDecode(torch.nn.Module):
             o = gdn_chain_verify(q, k, v, g, beta, rec, slots)
         else:
             o = gdn_tree_verify(q, k, v, g, beta, rec, slots, parents)
-        self._pending = (x, k, v, g, beta, conv, rec, slots, parents, rows)
-        self._cache = cache
+        self._pending = (x, k, v, g, beta, conv, rec, slots, parents, rows, cache)
         self.verifies += 1
         o = m.norm(o.reshape(-1, 128), z.reshape(-1, 128)).reshape(b, t, -1)
         return m.out_proj(o)
@@ -504,9 +505,14 @@ class GatedDeltaNetDecode(torch.nn.Module):
             self._deferred = None
             gdn_commit(k, v, g, beta, rec, self._slot_index(k.shape[0], k.device), acc, parents)
 
+    @property
+    def _cache(self):
+        """(during a verify, until its commit or discard) the HF cache it read."""
+        return None if self._pending is None else self._pending[-1]
+
     def discard(self) -> None:
         """(after a verify) forgets it: the cache keeps the state from before the verify."""
-        self._pending = self._cache = None
+        self._pending = None
 
     def commit(self, accepted: int) -> None:
         """(after a verify) leaves in HF's cache the conv and recurrent states of the accepted tokens, bit
@@ -516,7 +522,7 @@ class GatedDeltaNetDecode(torch.nn.Module):
         ``accepted`` (-1: none)."""
         if self._pending is None:
             raise RuntimeError(f"GatedDeltaNetDecode (layer {self.layer_idx}): commit without a verify")
-        x, k, v, g, beta, conv, rec, slots, parents, tree_rows = self._pending
+        x, k, v, g, beta, conv, rec, slots, parents, tree_rows, cache = self._pending
         t = x.shape[1]
         lo = 0 if parents is None else -1
         if not lo <= accepted <= (t if parents is None else t - 1):
@@ -531,7 +537,6 @@ class GatedDeltaNetDecode(torch.nn.Module):
                 r = tree_rows[r]
             rows.reverse()
         self._pending = None
-        cache, self._cache = self._cache, None
         if not rows:
             return
         acc = torch.full((x.shape[0],), accepted if parents is not None else len(rows), dtype=torch.int64,
@@ -540,9 +545,9 @@ class GatedDeltaNetDecode(torch.nn.Module):
             self._deferred = (k, v, g, beta, acc, parents, rec)
         else:
             gdn_commit(k, v, g, beta, rec, slots, acc, parents)
-        xs = x if parents is None else x[:, torch.tensor(rows, device=x.device)]
         n = len(rows)
-        window = torch.cat([conv, xs[:, :n].transpose(1, 2)], dim=-1)[:, :, n:n + conv.shape[-1]]
+        xs = x[:, :n] if parents is None else x[:, torch.tensor(rows, device=x.device)]  # the accepted inputs
+        window = torch.cat([conv, xs.transpose(1, 2)], dim=-1)[:, :, n:n + conv.shape[-1]]
         conv.copy_(window)
         _count_tokens(cache, self.layer_idx, n)
 

@@ -209,7 +209,8 @@ def _drop_last(layers: list, lengths: list[int]) -> None:
             layer.crop(-extra)  # (negative: remove that many, in every HF 5 version)
 
 
-def _check_draft(d, k: int, vocab: int) -> list[int]:
+def _check_draft(d, vocab: int, k: int | None = None) -> list[int]:
+    """The first k (None: all) token ids of a draft, checked against the vocabulary."""
     try:
         out = [int(t) for t in d][:k]
     except (TypeError, ValueError):
@@ -287,22 +288,20 @@ def _walk(rows: list[int], toks: list[int], logits: torch.Tensor, sampling: Samp
 
 
 def _check_tree(d: DraftTree, k: int, vocab: int) -> tuple[list[int], list[int]]:
-    toks, parents = _check_draft(d.tokens, len(d.tokens) + 1, vocab), [int(p) for p in d.parents]
+    """The tree's tokens and parents, checked (the parents' depth-first order: ``_tree_depths``)."""
+    toks, parents = _check_draft(d.tokens, vocab), [int(p) for p in d.parents]
     if len(toks) != len(parents):
         raise ValueError(f"spec.generate: a DraftTree needs one parent per token, got {len(toks)} tokens and "
                          f"{len(parents)} parents")
     if len(toks) > k:
         raise ValueError(f"spec.generate: draft returned a tree of {len(toks)} nodes, more than the {k} asked for")
-    for j, p in enumerate(parents):
-        if not 0 <= p <= j:
-            raise ValueError(f"spec.generate: DraftTree parent {p} of drafted token {j} is not a row before it "
-                             f"(0: the pending token, 1..{j}: the drafted tokens before it)")
     return toks, parents
 
 
-def _keep_rows(layers: list, past: int, rows: list[int]) -> None:
-    """Keeps in each attention layer's cache the first ``past`` positions and then verify rows ``rows``."""
-    for layer in layers:
+def _keep_rows(layers: list, lengths: list[int], rows: list[int]) -> None:
+    """Keeps in each attention layer's cache its first ``lengths[i]`` positions (those before the verify),
+    then verify rows ``rows``."""
+    for layer, past in zip(layers, lengths):
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
             raise RuntimeError(f"spec.generate: a tree needs attention cache layers with keys and values tensors, got "
@@ -396,7 +395,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         if isinstance(d, DraftTree):
             toks, parents = _check_tree(d, k, vocab)
         else:
-            toks = _check_draft(d, k, vocab)
+            toks = _check_draft(d, vocab, k)
             parents = list(range(len(toks)))  # a chain: row j's parent is row j - 1
         rows = [-1] + parents
         tree = isinstance(d, DraftTree) or len(toks) > MAX_VERIFY_TOKENS - 1
@@ -436,7 +435,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         for w in wrappers:  # the pending token and the n accepted drafts enter the state
             w.commit(path[-1] if tree else n + 1)
         if tree:
-            _keep_rows(attn, past, path)
+            _keep_rows(attn, lengths, path)
         else:
             _drop_last(attn, [x + n + 1 for x in lengths])
         stats.rounds += 1
