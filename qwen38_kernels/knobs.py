@@ -115,10 +115,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the 2-group "
          "kernel, the x-as-A body), unless QWEN38_NVFP4_STAGED=1; 0: never. A launch detail: same bits."),
     Knob("QWEN38_NVFP4_FOUR_CTAS", "auto",
-         "auto (default): on compute capability 9, nvfp4_linear at 17..24 rows in bf16 where the "
+         "auto (default): on compute capability 9, nvfp4_linear at 17..32 rows in bf16 where the "
          "register-stream kernel reads x in the fragment order (QWEN38_NVFP4_XFRAG) at K = 5120, k split 4 and "
          "4 tiles a warp runs that kernel's form held to 128 registers, 4 CTAs an SM "
-         "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_tf4_kernel; the default form: 156 registers, 3) when "
+         "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_tf4_kernel; the default form: 156-168 registers, 3; at "
+         "25..32 rows its sm_90a build spills 72 bytes, allowed by scripts/spill_allow.txt) when "
          "its grid fits in one round of CTAs and the default form's does not (H200: 16384x5120 and 14336x5120, "
          "512 and 448 CTAs; at 17 / 24 rows 27.8 / 28.2 -> 25.2 / 25.8 us and 27.1 / 27.3 -> 23.2 / 22.9, "
          "scripts/ab_skinny.py; other shapes lose 4-12% under the cap); 1: wherever compiled; 0: never. A "

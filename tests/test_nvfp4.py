@@ -349,9 +349,10 @@ def test_one_group_body_writes_the_transposed_bodys_bits(skinny_variant):
 
 @pytest.mark.gpu
 def test_four_cta_form_writes_the_fragment_kernels_bits(skinny_variant):
-    """At 17..24 rows in bf16 (3 groups of 8 rows: the transposed body) the fragment-order kernel at
-    K = 5120, k split 4 and 4 tiles a warp also has a form held to 128 registers, 4 CTAs an SM
-    (nvfp4_stream_tf4_kernel; QWEN38_NVFP4_FOUR_CTAS): forced on (1) it runs at 17..24 rows only and
+    """At 17..32 rows in bf16 (3 groups of 8 rows: the transposed body; 4: the x-as-A body) the
+    fragment-order kernel at K = 5120, k split 4 and 4 tiles a warp also has a form held to 128
+    registers, 4 CTAs an SM (nvfp4_stream_tf4_kernel; QWEN38_NVFP4_FOUR_CTAS): forced on (1) it runs at
+    17..32 rows only and
     gives the bits of the default form (0), with bias and fp32 output, from a strided x, in a CUDA
     graph; every row of a 32-row call agrees with its 1-row call. fp16 keeps the default form (not
     compiled: it spills under the cap). Auto (the default) takes it on compute capability 9 where its
@@ -368,22 +369,28 @@ def test_four_cta_form_writes_the_fragment_kernels_bits(skinny_variant):
         for m in (1, 9, 16, 17, 20, 24, 25, 32):
             with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="1"):
                 names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
-            assert four(names) == (xdt == torch.bfloat16 and 17 <= m <= 24), f"{xdt} knob 1, {m} rows: {names}"
+            assert four(names) == (xdt == torch.bfloat16 and 17 <= m <= 32), f"{xdt} knob 1, {m} rows: {names}"
             assert not four(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"{xdt} auto, 32 CTAs, {m} rows"
-        _assert_body_knob(w, x, bias, "QWEN38_NVFP4_FOUR_CTAS", "0", "1", (17, 18, 21, 24), f"{xdt} four CTAs: ")
+        _assert_body_knob(w, x, bias, "QWEN38_NVFP4_FOUR_CTAS", "0", "1", (17, 18, 21, 24, 25, 29, 32),
+                          f"{xdt} four CTAs: ")
         with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="0"):
             want = _call(x[:23], w, bias)
         with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="1"):
             qt.assert_bitwise_equal(qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:23]), want,
                                     f"{xdt} graph of the 4-CTA form vs the default form")
+        with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="0"):
+            want = _call(x[:30], w, bias)
+        with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="1"):
+            qt.assert_bitwise_equal(qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:30]), want,
+                                    f"{xdt} graph of the 4-CTA form vs the default form, 30 rows")
     with q.knobs.override(QWEN38_NVFP4_FOUR_CTAS="4"), pytest.raises(ValueError, match="QWEN38_NVFP4_FOUR_CTAS"):
         _call(x[:17], w)
-    x = qt.randn_nonzero(24, k, device="cuda", seed=65)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=65)
     for n, wb in _h200_weights(skinny_variant, (16384, 14336, 34816, 12288), seed=64):
         want = n in (16384, 14336)
-        for m in (17, 24):
+        for m in (17, 24, 25, 32):
             assert four(qt.cuda_kernel_names(lambda: _call(x[:m], wb))) == want, f"auto, {n}x{k}, {m} rows"
-        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_FOUR_CTAS", "0", rows=(17, 24),
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_NVFP4_FOUR_CTAS", "0", rows=(17, 24, 25, 32),
                                   what=f"{n}x{k} auto: ")
 
 

@@ -125,7 +125,7 @@ int one_group_mode() {
   return v[0] == 'x' ? 1 : 0;
 }
 
-// QWEN38_NVFP4_FOUR_CTAS: the fragment-order kernel's 4-CTA form at 17..24 rows (stream_launch.cuh
+// QWEN38_NVFP4_FOUR_CTAS: the fragment-order kernel's 4-CTA form at 17..32 rows (stream_launch.cuh
 // use_four): -1 auto (by the grid's rounds), 1 wherever compiled, 0 never.
 int four_ctas_mode() { return auto01_mode("QWEN38_NVFP4_FOUR_CTAS"); }
 

@@ -55,7 +55,7 @@ struct Nvfp4Launch : Nvfp4Params {
                                    // order (stream_launch.cuh frag), used at xfrag_from rows and
   int xfrag_from = 9;              // more (null: never), and at 1..8 rows where the one-group
   bool xfrag_one_group = false;    // rule runs the x-as-A body if xfrag_one_group; changes no bit
-  int four = -1;                   // the fragment-order kernel at 17..24 rows in bf16 (K 5120, k
+  int four = -1;                   // the fragment-order kernel at 17..32 rows in bf16 (K 5120, k
                                    // split 4, 4 tiles a warp): 1 = its form held to 4 CTAs an SM, 0 =
                                    // never, -1 = by the grid's rounds (stream_launch.cuh use_four);
                                    // changes no bit

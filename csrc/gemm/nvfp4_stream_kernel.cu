@@ -37,9 +37,10 @@ struct Nvfp4StreamOf {
   static constexpr int kFragLayout =
       nvfp4_t_runs_xa<T, KS, NT, MT>() ? stream::kXfragPairedA : stream::kXfragPaired;
   // the fragment-order kernel's 4-CTA form (nvfp4_stream_tf4_kernel): bf16, K 5120, k split 4, 4
-  // tiles a warp, 3 groups (17..24 rows); stream_launch.cuh use_four
+  // tiles a warp, 3 or 4 groups (17..32 rows); stream_launch.cuh use_four
   template <typename T, int K, int KS, int NT, int MT>
-  static constexpr bool kFour = std::is_same_v<T, __nv_bfloat16> && K == 5120 && KS == 4 && NT == 4 && MT == 3;
+  static constexpr bool kFour =
+      std::is_same_v<T, __nv_bfloat16> && K == 5120 && KS == 4 && NT == 4 && (MT == 3 || MT == 4);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto four_fn = nvfp4_stream_tf4_kernel<T, K, KS, NT, MT>;
   template <int K, int KS>

@@ -262,7 +262,7 @@ struct StreamLaunch {
   // Of::kFour: the fragment-order kernel's form held to 4 CTAs an SM (nvfp4_stream_tf4_kernel,
   // nvfp4_stream_kernel.cuh): p.four 1 takes it, 0 never; -1 (auto) on compute capability 9 when its
   // grid fits in one round of CTAs (its occupancy x SMs >= the grid) and the default form's does not.
-  // On the H200 (132 SMs) that is 16384x5120 and 14336x5120 at 17..24 rows (512 and 448 CTAs: 528 at
+  // On the H200 (132 SMs) that is 16384x5120 and 14336x5120 at 17..32 rows (512 and 448 CTAs: 528 at
   // 4 an SM, 396 at 3; scripts/ab_skinny.py, 17 / 24 rows: 27.8 / 28.2 -> 25.2 / 25.8 us and 27.1 /
   // 27.3 -> 23.2 / 22.9; forced elsewhere 4-12% slower, ab_s24_four_ctas.txt); wave_fit then takes 4
   // an SM (one round). A launch detail that changes no bit. The first call per (kernel, device, grid)
