@@ -245,6 +245,35 @@ def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 9, 17, 32])
+@pytest.mark.parametrize("v", [1000, 4099])
+def test_narrow_tiles_give_the_same_bits(m, v, head_kernel):
+    """QWEN38_HEAD_COLS (column tiles of 64 or 32, at 4 or 8 stages) changes no bit of the logits nor
+    of the greedy winner (V = 1000 and 4099: partial last tiles of every width); bad values are named."""
+    if head_kernel != "tiles":
+        pytest.skip("a knob of the tiles kernel")
+    x, w = _case(m, v, seed=15)
+    y = OPS.head_logits(x, w)
+    idx, val = OPS.head_argmax(x, w)
+    for cols in ("64", "32"):
+        for stages in ("4", "8"):
+            with q.knobs.override(QWEN38_HEAD_COLS=cols, QWEN38_HEAD_NARROW_STAGES=stages):
+                what = f"{cols} columns, {stages} stages"
+                qt.assert_bitwise_equal(OPS.head_logits(x, w), y, what)
+                i2, v2 = OPS.head_argmax(x, w)
+                qt.assert_bitwise_equal(i2, idx, what + " argmax index")
+                qt.assert_bitwise_equal(v2, val, what + " argmax logit")
+                qt.assert_bitwise_equal(OPS.head_logits(x[m - 1:m], w), y[m - 1:m], what + ": last row alone")
+    for op in (OPS.head_logits, OPS.head_argmax):
+        with q.knobs.override(QWEN38_HEAD_COLS="48"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_COLS must be 128, 64 or 32, got '48'"):
+                op(x, w)
+        with q.knobs.override(QWEN38_HEAD_COLS="64", QWEN38_HEAD_NARROW_STAGES="5"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_NARROW_STAGES must be 4 or 8, got '5'"):
+                op(x, w)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 16])
 def test_ring_depth_gives_the_same_bits(m, head_kernel):
     """QWEN38_HEAD_DEPTH (the 1..16-row weight ring's depth) changes no bit."""

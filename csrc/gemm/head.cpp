@@ -39,6 +39,24 @@ int head_stages(const char* op) {
   return *v - '0';
 }
 
+// QWEN38_HEAD_COLS (tiles kernel): the column tile, "128" (default, or empty), "64" or "32".
+int head_cols(const char* op) {
+  const char* v = std::getenv("QWEN38_HEAD_COLS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "128") == 0) return 128;
+  TORCH_CHECK_VALUE(std::strcmp(v, "64") == 0 || std::strcmp(v, "32") == 0, "qwen38.", op,
+                    ": QWEN38_HEAD_COLS must be 128, 64 or 32, got '", v, "'");
+  return std::atoi(v);
+}
+
+// QWEN38_HEAD_NARROW_STAGES (column tiles of 64 / 32): "4" (default, or empty) or "8".
+int head_narrow_stages(const char* op) {
+  const char* v = std::getenv("QWEN38_HEAD_NARROW_STAGES");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "4") == 0) return 4;
+  TORCH_CHECK_VALUE(std::strcmp(v, "8") == 0, "qwen38.", op, ": QWEN38_HEAD_NARROW_STAGES must be 4 or 8, got '", v,
+                    "'");
+  return 8;
+}
+
 // x [..., K] bf16/fp16 and w [V, K] in x's dtype on one CUDA device. Returns (V, K, M, x row stride).
 std::tuple<int64_t, int64_t, int64_t, int64_t> check_head(const char* op, const at::Tensor& x, const at::Tensor& w) {
   check_cuda(op, "x", x);
@@ -96,12 +114,12 @@ at::Tensor head_logits_cuda(const at::Tensor& x, const at::Tensor& w) {
   const bool pdl = knob_enabled("QWEN38_PDL", true);
   const Act act = act_of(x);
   const bool tiles = head_tiles(kOp);
-  const int stages = head_stages(kOp);
+  const int stages = head_stages(kOp), cols = head_cols(kOp), nstages = head_narrow_stages(kOp);
   for (int64_t r0 = 0; r0 < m; r0 += kHeadMaxRows) {
     HeadParams p = chunk_params(x, w, r0, m, v, k, x_stride);
     p.y = y.data_ptr<float>() + r0 * v;
     HeadPlan plan;
-    check_launch(kOp, head_plan(act, p.m, v, k, false, tiles, stages, &plan), x);
+    check_launch(kOp, head_plan(act, p.m, v, k, false, tiles, stages, cols, nstages, &plan), x);
     check_launch(kOp, launch_head(act, false, plan, p, pdl, stream), x);
   }
   return y;
@@ -124,10 +142,10 @@ std::tuple<at::Tensor, at::Tensor> head_argmax_cuda(const at::Tensor& x, const a
   // one plan for the workspace: the grid depends on the row tiles (1..16 or 17..32 rows), so size it
   // for the larger of the chunks' grids
   const bool tiles = head_tiles(kOp);
-  const int stages = head_stages(kOp);
+  const int stages = head_stages(kOp), cols = head_cols(kOp), nstages = head_narrow_stages(kOp);
   HeadPlan plan_lo, plan_hi;
-  check_launch(kOp, head_plan(act, std::min(m, int64_t(16)), v, k, true, tiles, stages, &plan_lo), x);
-  check_launch(kOp, head_plan(act, std::min(m, kHeadMaxRows), v, k, true, tiles, stages, &plan_hi), x);
+  check_launch(kOp, head_plan(act, std::min(m, int64_t(16)), v, k, true, tiles, stages, cols, nstages, &plan_lo), x);
+  check_launch(kOp, head_plan(act, std::min(m, kHeadMaxRows), v, k, true, tiles, stages, cols, nstages, &plan_hi), x);
   const int64_t ws_blocks = std::max(plan_lo.blocks, plan_hi.blocks);
   // per-block winners: fp32 logits then int32 columns (caching allocator: graph-safe, no sync)
   at::Tensor ws = at::empty({2 * ws_blocks * kHeadMaxRows}, x.options().dtype(at::kInt));

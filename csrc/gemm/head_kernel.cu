@@ -61,6 +61,22 @@ int tiles_smem(Act act, int stages) {
   return stages == 4 ? head_tiles_smem<__half, 4>() : head_tiles_smem<__half, 3>();
 }
 
+template <typename T, bool ARGMAX, int BN> HeadFn narrow_fn_s(int stages) {
+  return stages == 8 ? head_narrow_kernel<T, ARGMAX, BN, 8> : head_narrow_kernel<T, ARGMAX, BN, 4>;
+}
+template <typename T, bool ARGMAX> HeadFn narrow_fn_t(int cols, int stages) {
+  return cols == 32 ? narrow_fn_s<T, ARGMAX, 32>(stages) : narrow_fn_s<T, ARGMAX, 64>(stages);
+}
+HeadFn head_narrow_fn(Act act, bool argmax, int cols, int stages) {
+  if (act == Act::kBF16)
+    return argmax ? narrow_fn_t<__nv_bfloat16, true>(cols, stages) : narrow_fn_t<__nv_bfloat16, false>(cols, stages);
+  return argmax ? narrow_fn_t<__half, true>(cols, stages) : narrow_fn_t<__half, false>(cols, stages);
+}
+int narrow_smem(int cols, int stages) {
+  if (cols == 32) return stages == 8 ? head_narrow_smem<32, 8>() : head_narrow_smem<32, 4>();
+  return stages == 8 ? head_narrow_smem<64, 8>() : head_narrow_smem<64, 4>();
+}
+
 // CTAs an SM of the tiles kernel at `stages` on the current device (the argmax form has the same
 // launch bounds and a little more static shared memory: the plain form stands for both). The first
 // call per (dtype, stages, device) queries; later calls read a cache.
@@ -88,13 +104,28 @@ double head_tiles_fill(int64_t tiles, int64_t slots) {
 
 }  // namespace
 
-cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, HeadPlan* plan) {
+cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, int cols,
+                      int nstages, HeadPlan* plan) {
   plan->ksplit = head_k_split(k);
   plan->blocks = 0;
   plan->tiles = tiles;
   if (m <= 0 || v <= 0) return cudaSuccess;
   if (m > kHeadMaxRows) return cudaErrorInvalidValue;
-  if (tiles) {  // one CTA per 128-column tile; its workspace entries too
+  if (tiles) {
+    // Narrow column tiles (QWEN38_HEAD_COLS 64 / 32, head_narrow_kernel) at `nstages` stages (4 or 8).
+    const int narrow = cols == 64 || cols == 32 ? cols : 0;
+    if (cols != 128 && narrow == 0) return cudaErrorInvalidValue;
+    if (narrow != 0 && nstages != 4 && nstages != 8) return cudaErrorInvalidValue;
+    if (narrow != 0) {
+      const int64_t n_tiles = (v + narrow - 1) / narrow;
+      if (n_tiles > 65535) return cudaErrorInvalidValue;
+      plan->blocks = int(n_tiles);
+      plan->cols = narrow;
+      plan->stages = nstages;
+      plan->smem = size_t(narrow_smem(narrow, nstages));
+      return cudaSuccess;
+    }
+    // one CTA per 128-column tile; its workspace entries too
     const int64_t cols = (v + prefill::kBN - 1) / prefill::kBN;
     if (cols > 65535) return cudaErrorInvalidValue;
     plan->blocks = int(cols);
@@ -188,7 +219,12 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   HeadParams p = params;
   p.depth = plan.depth;
   cudaError_t err;
-  if (plan.tiles) {
+  if (plan.tiles && plan.cols < prefill::kBN) {
+    const HeadFn fn = head_narrow_fn(act, argmax, plan.cols, plan.stages);
+    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem));
+    if (err == cudaSuccess)
+      err = launch_kernel(fn, dim3(1, unsigned(plan.blocks)), dim3(unsigned(2 * plan.cols)), plan.smem, stream, pdl, p);
+  } else if (plan.tiles) {
     const HeadFn fn = head_tiles_fn(act, argmax, plan.stages);
     // above the default 48 KB a block must opt in (per device; not a stream operation)
     err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem));

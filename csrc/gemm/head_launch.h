@@ -35,6 +35,7 @@ struct HeadPlan {
   size_t smem = 0;   // its dynamic shared memory
   bool tiles = false;  // the "tiles" kernel (head_tiles.cuh): grid (1, column tiles), `blocks` of them
   int stages = 3;      // its cp.async stages: 3 (three CTAs an SM) or 4 (two); changes no bit
+  int cols = 128;      // its column tile: 128, or 64 / 32 (head_narrow_kernel, QWEN38_HEAD_COLS); no bit
   bool ring = true;  // the weights through the ring (1..16 rows always; 17..32 rows: head_argmax
                      // where two blocks with a ring fit an SM, QWEN38_HEAD_RING32; else the one-step
                      // register prefetch)
@@ -43,7 +44,10 @@ struct HeadPlan {
 // m: rows of one launch (1..kHeadMaxRows); tiles: the "tiles" kernel (QWEN38_HEAD_KERNEL), else the
 // ring kernel (head_kernel.cuh); both plans query the current device (SM count, occupancy).
 // stages (tiles; QWEN38_HEAD_STAGES): 3 or 4, 0 = the count that fills the last wave best (head_plan).
-cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, HeadPlan* plan);
+// cols (tiles; QWEN38_HEAD_COLS): the column tile, 128, or 64 / 32 (head_narrow_kernel) at nstages
+// (QWEN38_HEAD_NARROW_STAGES: 4 or 8) stages.
+cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, int cols,
+                      int nstages, HeadPlan* plan);
 
 // head_logits: writes y. head_argmax: writes ws_* then best_*. p.m <= kHeadMaxRows.
 cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadParams& p, bool pdl,

@@ -117,3 +117,153 @@ __global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_
 }
 
 }  // namespace qwen38::gemm
+
+namespace qwen38::gemm {
+
+// ---- narrow column tiles (QWEN38_HEAD_COLS = 64 or 32) ----------------------------------------------
+// The same arithmetic on column tiles of BN = 64 or 32 columns: BN / 16 warps (2 row warps x BN / 32
+// column warps of 16 rows x 32 columns, prefill::Lane's layout), x's 32 rows and the BN weight rows
+// through S cp.async stages of 64 k. A logit's sum is the tiles kernel's (from +0, the mma steps of
+// 16 k in increasing k; an mma's output element depends on its own row of A and column of B only), so
+// the column tile width changes no bit. Why: the 32768-row draft vocabulary is 256 tiles of 128
+// columns, one partial wave of 264 slots whose CTAs end 70.9..81.4 us apart (head_s33_waves.md);
+// narrower tiles are more, shorter CTAs, which the block scheduler hands to the SMs that finish first.
+
+// The copies of a K tile of ROWS rows of a 16-bit row-major operand by THREADS threads: ROWS x 8
+// chunks of 16 bytes, ROWS * 8 / THREADS a thread, all in chunk column tid % 8, rows tid / 8 +
+// (THREADS / 8) i. THREADS / 8 is a multiple of 8, so a thread's rows share one swizzle (r % 8).
+template <int ROWS, int THREADS, typename T> struct NarrowRows {
+  static constexpr int kPer = ROWS * 8 / THREADS;
+  static constexpr int kRowStep = THREADS / 8;
+  static_assert(ROWS * 8 % THREADS == 0 && kRowStep % 8 == 0 && kPer <= 32, "whole copies, one swizzle a thread");
+  const T* base;
+  const T* src;
+  int64_t step, k;
+  int col, so;
+  uint32_t rows_ok;
+
+  __device__ __forceinline__ NarrowRows(const T* src_, int64_t stride, int64_t rows, int64_t k_, int64_t r0, int tid)
+      : src(src_), step(kRowStep * stride), k(k_) {
+    const int r = tid >> 3, c = tid & 7;
+    col = 8 * c;
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) rows_ok |= (r0 + r + kRowStep * i < rows ? 1u : 0u) << i;
+    base = src_ + (r0 + r < rows ? (r0 + r) * stride : 0) + col;
+    so = prefill::x_off(r, c);
+  }
+  __device__ __forceinline__ void load(unsigned char* s, int kt) const {
+    const int64_t k0 = int64_t(kt) * prefill::kBK;
+    const bool kok = k0 + col < k;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const bool ok = kok && ((rows_ok >> i) & 1u);
+      cp_async16(s + so + i * kRowStep * prefill::kBK * 2, ok ? base + i * step + k0 : src, ok ? 16 : 0);
+    }
+  }
+};
+
+template <int BN> constexpr int head_narrow_threads() { return BN * 2; }
+template <int BN, int S> constexpr int head_narrow_smem() { return S * (32 + BN) * prefill::kBK * 2; }
+// CTAs an SM the launch bounds ask for (registers <= 65536 / (threads x this)): 64 columns 4, 32 columns 8.
+template <int BN> constexpr int head_narrow_min_blocks() { return BN == 64 ? 4 : 8; }
+static_assert(head_narrow_smem<64, 8>() <= 99 * 1024 && head_narrow_smem<32, 8>() <= 99 * 1024, "sm_121a's 99 KB");
+
+template <typename T, bool ARGMAX, int BN, int S>
+__global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blocks<BN>())
+    head_narrow_kernel(const HeadParams p) {
+  static_assert(BN == 64 || BN == 32, "column tiles of 64 or 32");
+  constexpr int kThr = head_narrow_threads<BN>(), kColWarps = BN / 32;
+  constexpr int kX = 32 * prefill::kBK * 2, kStage = (32 + BN) * prefill::kBK * 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float red_val[kColWarps][kHeadMaxRows];
+  __shared__ int32_t red_idx[kColWarps][kHeadMaxRows];
+  const int64_t n0 = int64_t(blockIdx.y) * BN;
+
+  pdl_wait();  // x comes from the previous kernel
+
+  const prefill::Lane L;
+  const NarrowRows<32, kThr, T> xl(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, 0, L.tid);
+  const NarrowRows<BN, kThr, T> wl(static_cast<const T*>(p.w), p.k, p.v, p.k, n0, L.tid);
+  const int nkt = int((p.k + prefill::kBK - 1) / prefill::kBK);
+  auto load = [&](int kt) {
+    unsigned char* st = smem + (kt % S) * kStage;
+    xl.load(st, kt);
+    wl.load(st + kX, kt);
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nkt) load(s);
+    cp_async_commit();
+  }
+  float acc[1][4][4];
+  zero_fill(acc);
+  const int a_row = L.wm * 16 + ((L.lane >> 3) & 1) * 8 + (L.lane & 7), a_chunk = L.lane >> 4;
+  const int b_row = L.wn * 32 + (L.lane >> 4) * 8 + (L.lane & 7), b_chunk = (L.lane >> 3) & 1;
+  for (int kt = 0; kt < nkt; ++kt) {
+    cp_async_wait<S - 2>();  // tile kt has landed (every group but the newest S - 2)
+    __syncthreads();         // ... for every thread; tile kt - 1's buffer is free
+    if (kt + S - 1 < nkt) load(kt + S - 1);
+    cp_async_commit();
+    const unsigned char* xs = smem + (kt % S) * kStage;
+#pragma unroll
+    for (int k16 = 0; k16 < prefill::kBK / 16; ++k16) {
+      uint32_t bf[4][2];
+      prefill::tile_b_frags(xs + kX, b_row, b_chunk, k16, bf);
+      uint32_t af[4];
+      prefill::ldmatrix_x4(af, smem_addr(xs + prefill::x_off(a_row, 2 * k16 + a_chunk)));
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[0][nt], af, bf[nt][0], bf[nt][1]);
+    }
+  }
+  cp_async_wait<0>();
+  pdl_allow();  // after the main loop (pdl.cuh)
+  if constexpr (!ARGMAX) {
+    prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
+  } else {
+    float bv[2] = {0.0f, 0.0f};
+    int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
+        const int h = i >> 1;
+        if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
+          bv[h] = acc[0][nt][i];
+          bi[h] = int32_t(c);
+        }
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int off = 1; off < 4; off *= 2) {  // the quad of lanes sharing the row
+        const float ov = __shfl_xor_sync(0xffffffffu, bv[h], off);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi[h], off);
+        if (head_better(ov, oi, bv[h], bi[h])) {
+          bv[h] = ov;
+          bi[h] = oi;
+        }
+      }
+      if (L.t == 0) {
+        red_val[L.wn][L.wm * 16 + L.g + 8 * h] = bv[h];
+        red_idx[L.wn][L.wm * 16 + L.g + 8 * h] = bi[h];
+      }
+    }
+    __syncthreads();
+    if (L.tid < kHeadMaxRows) {
+      float v = red_val[0][L.tid];
+      int32_t i = red_idx[0][L.tid];
+#pragma unroll
+      for (int c = 1; c < kColWarps; ++c)
+        if (head_better(red_val[c][L.tid], red_idx[c][L.tid], v, i)) {
+          v = red_val[c][L.tid];
+          i = red_idx[c][L.tid];
+        }
+      p.ws_val[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = v;
+      p.ws_idx[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = i;
+    }
+  }
+}
+
+}  // namespace qwen38::gemm
