@@ -15,8 +15,8 @@ Providers:
   qwen38 ring / qwen38 argmax ring
                      the same ops on the ring kernel (QWEN38_HEAD_KERNEL=ring: other bits, each row
                      still its 1-row call's)
-  qwen38 3 stages    head_logits with QWEN38_HEAD_STAGES=3 (auto gives grids of at most two tiles an SM
-                     4 stages: the draft vocabulary); same bits as qwen38
+  qwen38 128 cols    head_logits on 128-column tiles (QWEN38_HEAD_COLS=128, the default before session 36;
+                     the default is 64 columns at 8 stages on the H200); same bits as qwen38
   qwen38 nvfp4 head  the head's weight quantized to NVFP4 (formats.quantize_nvfp4: other logits, the
                      user's choice) through ``nvfp4_linear(..., out_dtype=torch.float32)``: 0.5625 bytes a
                      weight instead of 2 (what an NVFP4 lm_head costs; nn.swap_linears can make one)
@@ -82,8 +82,8 @@ PROVIDERS = (
     # the ring kernel (QWEN38_HEAD_KERNEL=ring; the default before session 12) and its 17..32-row knob
     Provider("qwen38 ring", bench.with_knobs(_qwen38, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 4 * m * v),
     Provider("qwen38 argmax ring", bench.with_knobs(_qwen38_argmax, QWEN38_HEAD_KERNEL="ring"), lambda m, v: 12 * m),
-    # the tiles kernel at 3 stages whatever the grid (QWEN38_HEAD_STAGES=3: auto takes 4 for the draft vocabulary)
-    Provider("qwen38 3 stages", bench.with_knobs(_qwen38, QWEN38_HEAD_STAGES="3"), lambda m, v: 4 * m * v),
+    # the tiles kernel on 128-column tiles (the default until session 36)
+    Provider("qwen38 128 cols", bench.with_knobs(_qwen38, QWEN38_HEAD_COLS="128"), lambda m, v: 4 * m * v),
 )
 
 

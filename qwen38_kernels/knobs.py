@@ -119,7 +119,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "register-stream kernel reads x in the fragment order (QWEN38_NVFP4_XFRAG) at K = 5120, k split 4 and "
          "4 tiles a warp runs that kernel's form held to 128 registers, 4 CTAs an SM "
          "(csrc/gemm/nvfp4_stream_kernel.cuh nvfp4_stream_tf4_kernel; the default form: 156-168 registers, 3; at "
-         "25..32 rows its sm_90a build spills 72 bytes, allowed by scripts/spill_allow.txt) when "
+         "25..32 rows its sm_90a build spills 72 bytes, allowed by scripts/spill_allow.txt; measured faster all the "
+         "same: 16384x5120 at 25 / 28 / 32 rows 31.4 / 31.9 / 31.9 -> 29.4 / 29.3 / 29.7 us, 14336x5120 30.5 / 30.5 / "
+         "30.9 -> 28.1 / 27.9 / 28.0, session 36) when "
          "its grid fits in one round of CTAs and the default form's does not (H200: 16384x5120 and 14336x5120, "
          "512 and 448 CTAs; at 17 / 24 rows 27.8 / 28.2 -> 25.2 / 25.8 us and 27.1 / 27.3 -> 23.2 / 22.9, "
          "scripts/ab_skinny.py; other shapes lose 4-12% under the cap); 1: wherever compiled; 0: never. A "
@@ -149,11 +151,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "ring kernel (csrc/gemm/head_kernel.cuh, K split over warps). Each keeps every row's bits those of "
          "its 1-row call at every M; the two sum in different orders, so their bits differ."),
     Knob("QWEN38_HEAD_STAGES", "auto",
-         "(QWEN38_HEAD_KERNEL=tiles) The tiles kernel's cp.async stages of 64 k. auto (default): of 4 stages (80 KB, two CTAs an SM on the H200) and 3 (60 KB, three CTAs an SM), the count whose last wave of 128-column tiles is the fuller (4 on a tie): 4 for the 32768-row draft vocabulary (256 tiles), 3 for lm_head (1940); 3 or 4: that many. A launch detail for A/B timing: same bits."),
-    Knob("QWEN38_HEAD_COLS", "128",
-         "(QWEN38_HEAD_KERNEL=tiles) The tiles kernel's column tile. 128 (default): csrc/gemm/head_tiles.cuh's 8-warp CTAs; 64 or 32: head_narrow_kernel (same file), BN / 16 warps a CTA, more and shorter CTAs for the block scheduler to hand to the SMs that finish first (the 32768-row draft vocabulary is one partial wave of 128-column tiles). A logit's sum order does not depend on the tile width: same bits."),
-    Knob("QWEN38_HEAD_NARROW_STAGES", "4",
-         "(QWEN38_HEAD_COLS=64 or 32) The narrow tiles' cp.async stages of 64 k: 4 (default) or 8. A launch detail for A/B timing: same bits."),
+         "(QWEN38_HEAD_KERNEL=tiles, QWEN38_HEAD_COLS=128) The 128-column tiles' cp.async stages of 64 k. auto (default): of 4 stages (80 KB, two CTAs an SM on the H200) and 3 (60 KB, three CTAs an SM), the count whose last wave of 128-column tiles is the fuller (4 on a tie): 4 for the 32768-row draft vocabulary (256 tiles), 3 for lm_head (1940); 3 or 4: that many. A launch detail for A/B timing: same bits."),
+    Knob("QWEN38_HEAD_COLS", "64",
+         "(QWEN38_HEAD_KERNEL=tiles) The tiles kernel's column tile. 64 (default): head_narrow_kernel (csrc/gemm/head_tiles.cuh), 4-warp CTAs, more and shorter CTAs than 128 columns for the block scheduler to hand to the SMs that finish first (the 32768-row draft vocabulary is one partial wave of 128-column tiles; H200, session 36, cold: 32768 rows at 1 / 16 / 32 rows 80.2 / 81.6 / 82.9 -> 78.8 / 81.1 / 82.4 us, 248320 at 1 / 32 rows 581.4 / 609.9 -> 569.2 / 607.6 against 128 columns); 128: the 8-warp CTAs of the prefill kernels' machinery (QWEN38_HEAD_STAGES); 32: 2-warp CTAs. A logit's sum order does not depend on the tile width: same bits."),
+    Knob("QWEN38_HEAD_NARROW_STAGES", "auto",
+         "(QWEN38_HEAD_COLS=64 or 32) The narrow tiles' cp.async stages of 64 k. auto (default): 8 where two CTAs of 8 stages fit an SM (the H200: 96 KB each at 64 columns), else 4 (sm_121a's 99 KB holds one of 8, two of 4); 4 or 8: that many. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_DEPTH", "",
          "(QWEN38_HEAD_KERNEL=ring) Empty or 2: the output head's per-thread cp.async weight ring (1..16 rows) holds 2 steps (one in flight; two blocks per SM); 3 or 4: the deepest of that many and fewer steps whose shared memory fits a block; any other value: the default. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_HEAD_RING32", "argmax",

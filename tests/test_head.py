@@ -223,7 +223,7 @@ def test_pdl_off_gives_the_same_bits():
 @pytest.mark.parametrize("m", [1, 17, 32])
 @pytest.mark.parametrize("v", [1000, 40000])
 def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
-    """QWEN38_HEAD_STAGES (the tiles kernel's cp.async stages: 3 at three CTAs an SM, 4 at two; auto
+    """QWEN38_HEAD_STAGES (the 128-column tiles' cp.async stages: 3 at three CTAs an SM, 4 at two; auto
     picks by the grid, V = 1000 and 40000 leaving under and over two tiles an SM) changes no bit of
     the logits nor of the greedy winner; a bad value is refused by name."""
     if head_kernel != "tiles":
@@ -232,14 +232,14 @@ def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
     y = OPS.head_logits(x, w)
     idx, val = OPS.head_argmax(x, w)
     for stages in ("3", "4", "auto"):
-        with q.knobs.override(QWEN38_HEAD_STAGES=stages):
+        with q.knobs.override(QWEN38_HEAD_COLS="128", QWEN38_HEAD_STAGES=stages):
             qt.assert_bitwise_equal(OPS.head_logits(x, w), y, f"stages {stages}")
             i2, v2 = OPS.head_argmax(x, w)
             qt.assert_bitwise_equal(i2, idx, f"stages {stages} argmax index")
             qt.assert_bitwise_equal(v2, val, f"stages {stages} argmax logit")
     qt.assert_bitwise_equal(y[m - 1:m], OPS.head_logits(x[m - 1:m], w), "last row against its 1-row call")
     for op in (OPS.head_logits, OPS.head_argmax):
-        with q.knobs.override(QWEN38_HEAD_STAGES="5"):
+        with q.knobs.override(QWEN38_HEAD_COLS="128", QWEN38_HEAD_STAGES="5"):
             with pytest.raises(ValueError, match=r"QWEN38_HEAD_STAGES must be auto, 3 or 4, got '5'"):
                 op(x, w)
 
@@ -248,28 +248,29 @@ def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
 @pytest.mark.parametrize("m", [1, 9, 17, 32])
 @pytest.mark.parametrize("v", [1000, 4099])
 def test_narrow_tiles_give_the_same_bits(m, v, head_kernel):
-    """QWEN38_HEAD_COLS (column tiles of 64 or 32, at 4 or 8 stages) changes no bit of the logits nor
-    of the greedy winner (V = 1000 and 4099: partial last tiles of every width); bad values are named."""
+    """QWEN38_HEAD_COLS (column tiles of 128, 64 or 32; the narrow ones at 4, 8 or auto stages) changes no
+    bit of the logits nor of the greedy winner (V = 1000 and 4099: partial last tiles of every width);
+    bad values are named."""
     if head_kernel != "tiles":
         pytest.skip("a knob of the tiles kernel")
     x, w = _case(m, v, seed=15)
     y = OPS.head_logits(x, w)
     idx, val = OPS.head_argmax(x, w)
-    for cols in ("64", "32"):
-        for stages in ("4", "8"):
-            with q.knobs.override(QWEN38_HEAD_COLS=cols, QWEN38_HEAD_NARROW_STAGES=stages):
-                what = f"{cols} columns, {stages} stages"
-                qt.assert_bitwise_equal(OPS.head_logits(x, w), y, what)
-                i2, v2 = OPS.head_argmax(x, w)
-                qt.assert_bitwise_equal(i2, idx, what + " argmax index")
-                qt.assert_bitwise_equal(v2, val, what + " argmax logit")
-                qt.assert_bitwise_equal(OPS.head_logits(x[m - 1:m], w), y[m - 1:m], what + ": last row alone")
+    configs = [("128", "auto")] + [(c, s) for c in ("64", "32") for s in ("4", "8", "auto")]
+    for cols, stages in configs:
+        with q.knobs.override(QWEN38_HEAD_COLS=cols, QWEN38_HEAD_NARROW_STAGES=stages):
+            what = f"{cols} columns, {stages} stages"
+            qt.assert_bitwise_equal(OPS.head_logits(x, w), y, what)
+            i2, v2 = OPS.head_argmax(x, w)
+            qt.assert_bitwise_equal(i2, idx, what + " argmax index")
+            qt.assert_bitwise_equal(v2, val, what + " argmax logit")
+            qt.assert_bitwise_equal(OPS.head_logits(x[m - 1:m], w), y[m - 1:m], what + ": last row alone")
     for op in (OPS.head_logits, OPS.head_argmax):
         with q.knobs.override(QWEN38_HEAD_COLS="48"):
-            with pytest.raises(ValueError, match=r"QWEN38_HEAD_COLS must be 128, 64 or 32, got '48'"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_COLS must be 64, 128 or 32, got '48'"):
                 op(x, w)
         with q.knobs.override(QWEN38_HEAD_COLS="64", QWEN38_HEAD_NARROW_STAGES="5"):
-            with pytest.raises(ValueError, match=r"QWEN38_HEAD_NARROW_STAGES must be 4 or 8, got '5'"):
+            with pytest.raises(ValueError, match=r"QWEN38_HEAD_NARROW_STAGES must be auto, 4 or 8, got '5'"):
                 op(x, w)
 
 

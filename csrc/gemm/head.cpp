@@ -39,22 +39,23 @@ int head_stages(const char* op) {
   return *v - '0';
 }
 
-// QWEN38_HEAD_COLS (tiles kernel): the column tile, "128" (default, or empty), "64" or "32".
+// QWEN38_HEAD_COLS (tiles kernel): the column tile, "64" (default, or empty), "128" or "32".
 int head_cols(const char* op) {
   const char* v = std::getenv("QWEN38_HEAD_COLS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "128") == 0) return 128;
-  TORCH_CHECK_VALUE(std::strcmp(v, "64") == 0 || std::strcmp(v, "32") == 0, "qwen38.", op,
-                    ": QWEN38_HEAD_COLS must be 128, 64 or 32, got '", v, "'");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "64") == 0) return 64;
+  TORCH_CHECK_VALUE(std::strcmp(v, "128") == 0 || std::strcmp(v, "32") == 0, "qwen38.", op,
+                    ": QWEN38_HEAD_COLS must be 64, 128 or 32, got '", v, "'");
   return std::atoi(v);
 }
 
-// QWEN38_HEAD_NARROW_STAGES (column tiles of 64 / 32): "4" (default, or empty) or "8".
+// QWEN38_HEAD_NARROW_STAGES (column tiles of 64 / 32): "auto" (default, or empty; 0 here: head_plan
+// picks), "4" or "8".
 int head_narrow_stages(const char* op) {
   const char* v = std::getenv("QWEN38_HEAD_NARROW_STAGES");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "4") == 0) return 4;
-  TORCH_CHECK_VALUE(std::strcmp(v, "8") == 0, "qwen38.", op, ": QWEN38_HEAD_NARROW_STAGES must be 4 or 8, got '", v,
-                    "'");
-  return 8;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
+  TORCH_CHECK_VALUE(std::strcmp(v, "4") == 0 || std::strcmp(v, "8") == 0, "qwen38.", op,
+                    ": QWEN38_HEAD_NARROW_STAGES must be auto, 4 or 8, got '", v, "'");
+  return *v - '0';
 }
 
 // x [..., K] bf16/fp16 and w [V, K] in x's dtype on one CUDA device. Returns (V, K, M, x row stride).

@@ -94,6 +94,21 @@ cudaError_t tiles_occupancy(Act act, int stages, int* per_sm) {
   });
 }
 
+// CTAs an SM of the narrow tiles kernel (cols, stages) on the current device, cached as tiles_occupancy.
+cudaError_t narrow_occupancy(Act act, int cols, int stages, int* per_sm) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int>, int> cache;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  return cached_query(mu, cache, std::make_tuple(int(act), cols, stages, dev), per_sm, [&](int* n) {
+    const HeadFn fn = head_narrow_fn(act, false, cols, stages);
+    const int smem = narrow_smem(cols, stages);
+    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, 2 * cols, size_t(smem));
+    return err;
+  });
+}
+
 // How full the grid's waves are: tiles / (slots x ceil(tiles / slots)), in (0, 1]; 1 when the last
 // wave is full.
 double head_tiles_fill(int64_t tiles, int64_t slots) {
@@ -115,8 +130,18 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
     // Narrow column tiles (QWEN38_HEAD_COLS 64 / 32, head_narrow_kernel) at `nstages` stages (4 or 8).
     const int narrow = cols == 64 || cols == 32 ? cols : 0;
     if (cols != 128 && narrow == 0) return cudaErrorInvalidValue;
-    if (narrow != 0 && nstages != 4 && nstages != 8) return cudaErrorInvalidValue;
+    if (narrow != 0 && nstages != 0 && nstages != 4 && nstages != 8) return cudaErrorInvalidValue;
     if (narrow != 0) {
+      // Stages (no bit changes; 0 = auto): 8 where two CTAs of 8 stages fit an SM (the H200: 96 KB each
+      // at 64 columns), else 4 (sm_121a's 99 KB holds one CTA of 8 stages, two of 4). Measured on the
+      // H200 (session 36, cold copies): 64 columns at 8 stages against 128 columns at 4 (the earlier
+      // default), us: 32768 rows at 1 / 16 / 32 rows 80.2 / 81.6 / 82.9 -> 78.8 / 81.1 / 82.4,
+      // 65536 at 1 row 156.6 -> 152.1, 248320 at 1 / 32 rows 581.4 / 609.9 -> 569.2 / 607.6.
+      if (nstages == 0) {
+        int per8 = 0;
+        if (cudaError_t err = narrow_occupancy(act, narrow, 8, &per8)) return err;
+        nstages = per8 >= 2 ? 8 : 4;
+      }
       const int64_t n_tiles = (v + narrow - 1) / narrow;
       if (n_tiles > 65535) return cudaErrorInvalidValue;
       plan->blocks = int(n_tiles);

@@ -45,7 +45,7 @@ struct HeadPlan {
 // ring kernel (head_kernel.cuh); both plans query the current device (SM count, occupancy).
 // stages (tiles; QWEN38_HEAD_STAGES): 3 or 4, 0 = the count that fills the last wave best (head_plan).
 // cols (tiles; QWEN38_HEAD_COLS): the column tile, 128, or 64 / 32 (head_narrow_kernel) at nstages
-// (QWEN38_HEAD_NARROW_STAGES: 4 or 8) stages.
+// (QWEN38_HEAD_NARROW_STAGES: 4 or 8; 0 = 8 where two such CTAs fit an SM, else 4) stages.
 cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, int cols,
                       int nstages, HeadPlan* plan);
 
