@@ -129,40 +129,6 @@ namespace qwen38::gemm {
 // columns, one partial wave of 264 slots whose CTAs end 70.9..81.4 us apart (head_s33_waves.md);
 // narrower tiles are more, shorter CTAs, which the block scheduler hands to the SMs that finish first.
 
-// The copies of a K tile of ROWS rows of a 16-bit row-major operand by THREADS threads: ROWS x 8
-// chunks of 16 bytes, ROWS * 8 / THREADS a thread, all in chunk column tid % 8, rows tid / 8 +
-// (THREADS / 8) i. THREADS / 8 is a multiple of 8, so a thread's rows share one swizzle (r % 8).
-template <int ROWS, int THREADS, typename T> struct NarrowRows {
-  static constexpr int kPer = ROWS * 8 / THREADS;
-  static constexpr int kRowStep = THREADS / 8;
-  static_assert(ROWS * 8 % THREADS == 0 && kRowStep % 8 == 0 && kPer <= 32, "whole copies, one swizzle a thread");
-  const T* base;
-  const T* src;
-  int64_t step, k;
-  int col, so;
-  uint32_t rows_ok;
-
-  __device__ __forceinline__ NarrowRows(const T* src_, int64_t stride, int64_t rows, int64_t k_, int64_t r0, int tid)
-      : src(src_), step(kRowStep * stride), k(k_) {
-    const int r = tid >> 3, c = tid & 7;
-    col = 8 * c;
-    rows_ok = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) rows_ok |= (r0 + r + kRowStep * i < rows ? 1u : 0u) << i;
-    base = src_ + (r0 + r < rows ? (r0 + r) * stride : 0) + col;
-    so = prefill::x_off(r, c);
-  }
-  __device__ __forceinline__ void load(unsigned char* s, int kt) const {
-    const int64_t k0 = int64_t(kt) * prefill::kBK;
-    const bool kok = k0 + col < k;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const bool ok = kok && ((rows_ok >> i) & 1u);
-      cp_async16(s + so + i * kRowStep * prefill::kBK * 2, ok ? base + i * step + k0 : src, ok ? 16 : 0);
-    }
-  }
-};
-
 template <int BN> constexpr int head_narrow_threads() { return BN * 2; }
 template <int BN, int S> constexpr int head_narrow_smem() { return S * (32 + BN) * prefill::kBK * 2; }
 // CTAs an SM the launch bounds ask for (registers <= 65536 / (threads x this)): 64 columns 4, 32 columns 8.
@@ -183,8 +149,8 @@ __global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blo
   pdl_wait();  // x comes from the previous kernel
 
   const prefill::Lane L;
-  const NarrowRows<32, kThr, T> xl(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, 0, L.tid);
-  const NarrowRows<BN, kThr, T> wl(static_cast<const T*>(p.w), p.k, p.v, p.k, n0, L.tid);
+  const prefill::RowLoader<32, kThr, T> xl(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, 0, L.tid);
+  const prefill::RowLoader<BN, kThr, T> wl(static_cast<const T*>(p.w), p.k, p.v, p.k, n0, L.tid);
   const int nkt = int((p.k + prefill::kBK - 1) / prefill::kBK);
   auto load = [&](int kt) {
     unsigned char* st = smem + (kt % S) * kStage;

@@ -86,38 +86,46 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// The copies of a K tile of a 16-bit row-major operand (x; the head's weight): 32 MT rows x 8 chunks,
-// MT chunks a thread, all in chunk column tid % 8 (rows tid / 8 + 32 i): the row pointers and their
-// checks are made once, a tile adds kt * kBK. Rows 16-byte aligned, K a multiple of 8.
-template <int MT, typename T> struct XLoader {
-  const T* base;      // this thread's first chunk (row m0 + tid / 8, column 8 (tid % 8)), or x
-  const T* x;
-  int64_t step;       // elements between the thread's rows (32 rows)
+// The copies of a K tile (kBK) of ROWS rows of a 16-bit row-major operand by THREADS threads (x; the
+// head's weight): ROWS x 8 chunks of 16 bytes, ROWS * 8 / THREADS a thread, all in chunk column
+// tid % 8, rows tid / 8 + (THREADS / 8) i: the row pointers and their checks are made once, a tile adds
+// kt * kBK. THREADS / 8 is a multiple of 8, so a thread's rows share one swizzle (r % 8). Rows
+// 16-byte aligned, K a multiple of 8.
+template <int ROWS, int THREADS, typename T> struct RowLoader {
+  static constexpr int kPer = ROWS * 8 / THREADS;
+  static constexpr int kRowStep = THREADS / 8;
+  static_assert(ROWS * 8 % THREADS == 0 && kRowStep % 8 == 0 && kPer <= 32, "whole copies, one swizzle a thread");
+  const T* base;   // this thread's first chunk (row r0 + tid / 8, column 8 (tid % 8)), or src
+  const T* src;
+  int64_t step;    // elements between the thread's rows (kRowStep rows)
   int64_t k;
-  int col, rows_ok;   // chunk column (elements); bit i: row i inside M
-  int so;             // smem offset of chunk 0 (the others: + 32 i rows)
+  int col, so;     // chunk column (elements); smem offset of chunk 0 (the others: + kRowStep i rows)
+  uint32_t rows_ok;  // bit i: row i inside `rows`
 
-  __device__ __forceinline__ XLoader(const T* x_, int64_t x_stride, int64_t m, int64_t k_, int64_t m0, int tid)
-      : x(x_), step(32 * x_stride), k(k_) {
+  __device__ __forceinline__ RowLoader(const T* src_, int64_t stride, int64_t rows, int64_t k_, int64_t r0, int tid)
+      : src(src_), step(kRowStep * stride), k(k_) {
     const int r = tid >> 3, c = tid & 7;
     col = 8 * c;
     rows_ok = 0;
 #pragma unroll
-    for (int i = 0; i < MT; ++i) rows_ok |= (m0 + r + 32 * i < m ? 1 : 0) << i;
-    base = x_ + (m0 + r < m ? (m0 + r) * x_stride : 0) + col;
+    for (int i = 0; i < kPer; ++i) rows_ok |= (r0 + r + kRowStep * i < rows ? 1u : 0u) << i;
+    base = src_ + (r0 + r < rows ? (r0 + r) * stride : 0) + col;
     so = x_off(r, c);
   }
-  __device__ __forceinline__ void load(unsigned char* xs, int kt) const {
+  __device__ __forceinline__ void load(unsigned char* s, int kt) const {
     const int64_t k0 = int64_t(kt) * kBK;
     const bool kok = k0 + col < k;
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const bool ok = kok && ((rows_ok >> i) & 1);
-      // 32 i rows down: the same swizzle (r % 8 unchanged), 32 i * kBK * 2 bytes further
-      cp_async16(xs + so + i * 32 * kBK * 2, ok ? base + i * step + k0 : x, ok ? 16 : 0);
+    for (int i = 0; i < kPer; ++i) {
+      const bool ok = kok && ((rows_ok >> i) & 1u);
+      // kRowStep i rows down: the same swizzle (r % 8 unchanged), kRowStep i * kBK * 2 bytes further
+      cp_async16(s + so + i * kRowStep * kBK * 2, ok ? base + i * step + k0 : src, ok ? 16 : 0);
     }
   }
 };
+
+// x's K tile of 32 MT rows (and the head's 128 weight rows as 32 x 4) by the kThreads of a CTA.
+template <int MT, typename T> using XLoader = RowLoader<32 * MT, kThreads, T>;
 
 // The B fragments of step k16 of a 16-bit weight tile (128 rows of 64 k, x_off layout) for the 4 n8
 // tiles of a lane's warp column: two ldmatrix.x4, each two n8 tiles' (b0, b1). b_row / b_chunk: the
