@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <cstring>
 #include <optional>
@@ -115,6 +116,24 @@ inline bool knob_enabled(const char* name, bool dflt) {
   for (const char* off : {"0", "false", "no", "off", "False", "FALSE", "OFF", "NO"})
     if (std::strcmp(v, off) == 0) return false;
   return true;
+}
+
+// A QWEN38_* knob that names one of a few integer settings: unset, empty or `dflt_word` give `dflt`;
+// one of `values` (written in decimal) gives that value; anything else a ValueError naming the op, the
+// knob and the choices ("must be auto, 3 or 4, got '5'").
+inline int knob_choice(const char* op, const char* name, const char* dflt_word, int dflt,
+                       std::initializer_list<int> values) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, dflt_word) == 0) return dflt;
+  std::string choices = dflt_word;
+  size_t i = 0;
+  for (const int c : values) {
+    const std::string word = std::to_string(c);
+    if (word == v) return c;
+    choices += (++i == values.size() ? " or " : ", ") + word;
+  }
+  TORCH_CHECK_VALUE(false, "qwen38.", op, ": ", name, " must be ", choices, ", got '", v, "'");
+  return dflt;
 }
 
 // A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an

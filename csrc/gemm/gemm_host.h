@@ -52,26 +52,13 @@ inline bool prefill_read_bound(const at::Tensor& on) {
 // QWEN38_PREFILL_TILE_ROWS: rows of one CTA tile of the tensor-core prefill kernels (0: by the row
 // count). A launch detail that changes no bit (a row's sum runs over K in the same mma steps).
 inline int prefill_tile_rows(const char* op) {
-  const char* v = std::getenv("QWEN38_PREFILL_TILE_ROWS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
-  if (std::strcmp(v, "64") == 0) return 64;
-  if (std::strcmp(v, "128") == 0) return 128;
-  if (std::strcmp(v, "256") == 0) return 256;
-  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_PREFILL_TILE_ROWS must be auto, 64, 128 or 256, got '", v, "'");
-  return 0;
+  return knob_choice(op, "QWEN38_PREFILL_TILE_ROWS", "auto", 0, {64, 128, 256});
 }
 
 // QWEN38_SKINNY_CLUSTER: CTAs of a thread-block cluster sharing one output tile's k-split warps in
 // the register-stream kernels (stream_launch.cuh): 0 (auto: by the grid) or 1, 2, 4, 8. A launch
 // detail that changes no bit (the partials are summed in the same warp order).
-inline int skinny_cluster(const char* op) {
-  const char* v = std::getenv("QWEN38_SKINNY_CLUSTER");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
-  for (const char* c : {"1", "2", "4", "8"})
-    if (std::strcmp(v, c) == 0) return *v - '0';
-  TORCH_CHECK_VALUE(false, "qwen38.", op, ": QWEN38_SKINNY_CLUSTER must be auto, 1, 2, 4 or 8, got '", v, "'");
-  return 0;
-}
+inline int skinny_cluster(const char* op) { return knob_choice(op, "QWEN38_SKINNY_CLUSTER", "auto", 0, {1, 2, 4, 8}); }
 
 // The buffer of x in the fragment order for the register-stream kernels (stream_launch.cuh frag;
 // knob QWEN38_NVFP4_XFRAG / QWEN38_FP8_XFRAG): where the call's variant serves it (`serves`) and a

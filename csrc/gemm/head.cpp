@@ -31,32 +31,14 @@ bool head_tiles(const char* op) {
 }
 
 // QWEN38_HEAD_STAGES (tiles kernel): "auto" or empty (0: head_plan picks by the grid), "3" or "4".
-int head_stages(const char* op) {
-  const char* v = std::getenv("QWEN38_HEAD_STAGES");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
-  TORCH_CHECK_VALUE(std::strcmp(v, "3") == 0 || std::strcmp(v, "4") == 0, "qwen38.", op,
-                    ": QWEN38_HEAD_STAGES must be auto, 3 or 4, got '", v, "'");
-  return *v - '0';
-}
+int head_stages(const char* op) { return knob_choice(op, "QWEN38_HEAD_STAGES", "auto", 0, {3, 4}); }
 
 // QWEN38_HEAD_COLS (tiles kernel): the column tile, "64" (default, or empty), "128" or "32".
-int head_cols(const char* op) {
-  const char* v = std::getenv("QWEN38_HEAD_COLS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "64") == 0) return 64;
-  TORCH_CHECK_VALUE(std::strcmp(v, "128") == 0 || std::strcmp(v, "32") == 0, "qwen38.", op,
-                    ": QWEN38_HEAD_COLS must be 64, 128 or 32, got '", v, "'");
-  return std::atoi(v);
-}
+int head_cols(const char* op) { return knob_choice(op, "QWEN38_HEAD_COLS", "64", 64, {128, 32}); }
 
 // QWEN38_HEAD_NARROW_STAGES (column tiles of 64 / 32): "auto" (default, or empty; 0 here: head_plan
 // picks), "4" or "8".
-int head_narrow_stages(const char* op) {
-  const char* v = std::getenv("QWEN38_HEAD_NARROW_STAGES");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 0;
-  TORCH_CHECK_VALUE(std::strcmp(v, "4") == 0 || std::strcmp(v, "8") == 0, "qwen38.", op,
-                    ": QWEN38_HEAD_NARROW_STAGES must be auto, 4 or 8, got '", v, "'");
-  return *v - '0';
-}
+int head_narrow_stages(const char* op) { return knob_choice(op, "QWEN38_HEAD_NARROW_STAGES", "auto", 0, {4, 8}); }
 
 // x [..., K] bf16/fp16 and w [V, K] in x's dtype on one CUDA device. Returns (V, K, M, x row stride).
 std::tuple<int64_t, int64_t, int64_t, int64_t> check_head(const char* op, const at::Tensor& x, const at::Tensor& w) {
