@@ -118,13 +118,18 @@ def _time_nvfp4_head(q, v: int, m: int) -> tuple[float, int]:
         base = []
 
 
+def _bf16_copies(w, m: int, v: int) -> list[tuple]:
+    """(x, w) argument copies of the bf16 head at m rows, enough to read w cold (the first copy is w)."""
+    return bench.rotating_copies(
+        lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE), w if i == 0 else w.clone()), 2 * v * K + 2 * m * K)
+
+
 def _warm_up(w, m: int, v: int) -> None:
     """One untimed timing of the first provider on a new weight. Session 36's full run timed the first
     record of each vocabulary 13% slow (qwen38 at 1 row: 655.8 us, then 580.8 three times on the same
     build minutes later; every later provider and row in line): the first timing after a new weight
     is made is not representative, so it is made and dropped here."""
-    base = bench.rotating_copies(
-        lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE), w if i == 0 else w.clone()), 2 * v * K + 2 * m * K)
+    base = _bf16_copies(w, m, v)
     try:
         bench.time_calls(PROVIDERS[0].fn, base, min_calls=MIN_CALLS)
     finally:
@@ -155,9 +160,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
                 if m < prov.min_rows:
                     continue
                 try:
-                    base = bench.rotating_copies(
-                        lambda i: (torch.randn(m, K, dtype=DTYPE, device=DEVICE), w if i == 0 else w.clone()),
-                        2 * v * K + 2 * m * K)
+                    base = _bf16_copies(w, m, v)
                     copies = len(base)
                     us = bench.time_calls(prov.fn, base, min_calls=MIN_CALLS)
                 except Exception as e:  # one broken provider must not lose the rest of the sweep
