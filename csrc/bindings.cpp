@@ -107,6 +107,15 @@ TORCH_LIBRARY(qwen38, m) {
   m.def("gdn_commit_verify(Tensor c_k, Tensor c_v, Tensor c_g, Tensor c_beta, Tensor c_accepted, "
         "Tensor? c_parents, Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state_pool, "
         "Tensor slots, Tensor? parents=None, Tensor? lengths=None, *, float? scale=None) -> Tensor");
+
+  // ---- attn family (qwen38_kernels/reference/attn.py holds the contract) ----------------------
+  // Decode attention for T <= 64 query rows a sequence: q [B, T, Hq, D] bf16/fp16; k_cache, v_cache
+  // [B, Hkv, L, D] in q's dtype (HF's layout; row j's own key at kv_lens[b] - lengths[b] + j); kv_lens
+  // [B] int; mask [B, T, T] bool (row t sees row j's key; None = causal) or None; lengths [B] or None.
+  // o [B, T, Hq, D]: fp32 scores, softmax and sum over the row's visible keys (the committed prefix,
+  // then the rows it sees, in order), one rounding; a row's bits depend on its visible keys only.
+  m.def("attn_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor kv_lens, Tensor? mask=None, "
+        "Tensor? lengths=None, *, float? scale=None) -> Tensor");
 }
 
 namespace {

@@ -25,7 +25,7 @@ except ImportError as e:  # pragma: no cover - only without a build
 
 from . import knobs, reference  # noqa: E402
 from . import formats, nn, spec  # noqa: E402
-from .ops import (add_rms_norm, conv_chain, conv_commit, conv_step, conv_tree, fp8_block_linear,  # noqa: E402
+from .ops import (add_rms_norm, attn_decode, conv_chain, conv_commit, conv_step, conv_tree, fp8_block_linear,  # noqa: E402
                   gdn_chain_verify, gdn_commit, gdn_commit_verify, gdn_step, gdn_step_raw, gdn_tree_verify,
                   head_argmax, head_logits, nvfp4_dequantize, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 from ._info import check, info  # noqa: E402
@@ -36,4 +36,4 @@ _tables.register_skinny_tables()  # the current device's tile tables -> the skin
 __all__ = ["rms_norm", "add_rms_norm", "rms_norm_gated", "silu_mul", "nvfp4_linear", "nvfp4_dequantize",
            "fp8_block_linear", "head_logits", "head_argmax", "gdn_step", "gdn_step_raw", "gdn_chain_verify",
            "gdn_tree_verify", "gdn_commit", "gdn_commit_verify", "conv_step", "conv_chain", "conv_tree",
-           "conv_commit", "formats", "nn", "info", "check", "knobs", "reference", "__version__"]
+           "conv_commit", "attn_decode", "formats", "nn", "info", "check", "knobs", "reference", "__version__"]

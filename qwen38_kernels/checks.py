@@ -460,3 +460,55 @@ def _gdn_cuda():
 @register("gdn CPU path (references)", "cpu")
 def _gdn_cpu():
     return _gdn_check("cpu")
+
+
+# ---- attn family ---------------------------------------------------------------------------------
+def _attn_check(device: str) -> CheckResult:
+    """attn_decode at the model's geometry (24 q / 4 kv heads of 256): a 16-row chain and a 9-node tree
+    after a 300-key prefix within the float64 bound, and every tree node bit-equal to its one-token
+    call on the cache its accepted path would leave."""
+    from .reference import attn as ref
+    lines = []
+    prefix, t = 300, 16
+    q = _randn(1, t, 24, 256).to(device)
+    k, v = _randn(1, 4, prefix + t, 256).to(device), _randn(1, 4, prefix + t, 256).to(device)
+    kl = torch.tensor([prefix + t], device=device)
+    parents = [-1, 0, 1, 0, 3, 4, -1, 6, 7] + list(range(8, 15))
+    mask = torch.eye(t, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mask[i] |= mask[p]
+    mask = mask[None].to(device)
+    worst = 0.0
+    for name, m in (("chain", None), ("tree", mask)):
+        o = torch.ops.qwen38.attn_decode(q, k, v, kl, m)
+        o64, bound = ref.attn_decode_f64_bound(q.cpu(), k.cpu(), v.cpu(), kl.cpu(), None if m is None else m.cpu())
+        excess = float(((o.cpu().double() - o64).abs() / bound).max())
+        worst = max(worst, excess)
+        if excess > 1:
+            lines.append(f"{name}: outside the float64 bound ({excess:.2f} of it)")
+        if m is None:
+            continue
+        for i in (2, 5, 15):
+            path, j = [], i
+            while j >= 0:
+                path.append(j)
+                j = parents[j]
+            keep = torch.tensor(list(range(prefix)) + [prefix + j for j in path[::-1]], device=device)
+            one = torch.ops.qwen38.attn_decode(q[:, i:i + 1], k.index_select(2, keep), v.index_select(2, keep),
+                                               torch.tensor([keep.numel()], device=device))
+            if not torch.equal(one[:, 0].view(torch.int16), o[:, i].view(torch.int16)):
+                lines.append(f"tree node {i} differs from its one-token call")
+    return CheckResult("attn", device, not lines, f"24/4 heads of 256, prefix {prefix}, chain 16 / tree 16: worst "
+                       f"{worst:.2f} of the float64 bound; tree nodes == one-token calls"
+                       + ("; " + "; ".join(lines) if lines else ""))
+
+
+@register("attn_decode (chain, tree == one-token calls)", "cuda")
+def _attn_cuda():
+    return _attn_check("cuda")
+
+
+@register("attn_decode CPU path (reference)", "cpu")
+def _attn_cpu():
+    return _attn_check("cpu")

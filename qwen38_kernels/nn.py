@@ -6,6 +6,7 @@
     n = qnn.swap_linears(model, state_dict, fmt="modelopt") # the other NVFP4 projections -> NVFP4Linear
     n = qnn.swap_gdn(model)            # GDN decode steps -> conv_step + gdn_step_raw on HF's cache
     qnn.swap_head(model)               # lm_head -> head_logits (fp32 logits), weight shared
+    qnn.swap_attention(model)          # attention of <= 64 query rows -> attn_decode (HF's interface)
 
 Each module keeps the original's weight Parameter (no copy) and its forward signature; on CUDA it runs
 the fused kernel, on the CPU the reference (the ops' CPU kernels), with the reference's rounding
@@ -18,14 +19,16 @@ import torch
 
 from typing import Callable, Mapping
 
-from .ops import (conv_chain, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_commit_verify, gdn_step_raw,
-                  gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
+from .ops import (attn_decode, conv_chain, conv_step, conv_tree, gdn_chain_verify, gdn_commit, gdn_commit_verify,
+                  gdn_step_raw, gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 from .formats import (NVFP4Weight, fuse_nvfp4, load_nvfp4_compressed_tensors, load_nvfp4_modelopt,
                       nvfp4_global_scale, quantize_nvfp4)
 from .reference import gdn_gates
+from .reference.attn import MAX_ROWS as ATTN_MAX_ROWS
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "NVFP4Linear", "NVFP4MLP", "GatedDeltaNetDecode", "OutputHead", "swap_norms",
-           "swap_mlps", "swap_linears", "swap_gdn", "swap_head", "NORM_CLASSES", "MLP_CLASSES", "GDN_CLASSES"]
+           "swap_mlps", "swap_linears", "swap_gdn", "swap_head", "swap_attention", "attention_forward", "NORM_CLASSES",
+           "MLP_CLASSES", "GDN_CLASSES"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -570,6 +573,79 @@ def swap_gdn(model: torch.nn.Module, classes: tuple[str, ...] | None = None) -> 
     for parent, child_name, new in todo:
         setattr(parent, child_name, new)
     return len(todo)
+
+
+# ---- attention ------------------------------------------------------------------------------------------
+ATTN_IMPLEMENTATION = "qwen38"  # the name swap_attention registers with transformers' attention interfaces
+
+
+def _visible_rows(op: str, mask: torch.Tensor | None, b: int, t: int, slots: int) -> torch.Tensor | None:
+    """attn_decode's [B, T, T] row mask from HF's attention_mask over the cache ([B, 1, T, L] bool, True =
+    attend, or additive float: 0 = attend), None for a causal one. Anything else (padding in the cache,
+    a window, a bias) raises: attn_decode's rows see the whole committed prefix."""
+    if mask is None:
+        return None
+    if mask.dim() != 4 or mask.shape[0] not in (1, b) or mask.shape[2] != t or mask.shape[3] < slots:
+        raise ValueError(f"{op}: attention_mask must be [B, 1, T, L] with T = {t} rows and L = {slots} keys, "
+                         f"got {list(mask.shape)}")
+    m = mask[..., :slots]
+    vis = m if m.dtype == torch.bool else m == 0
+    if m.dtype != torch.bool and not bool((vis | (m <= torch.finfo(m.dtype).min)).all()):
+        raise ValueError(f"{op}: an additive attention_mask must hold 0 (attend) or the dtype's minimum / -inf "
+                         f"(masked) only")
+    if not bool((vis == vis[:, :1]).all()):
+        raise ValueError(f"{op}: attention_mask differs between heads; attn_decode takes one mask a sequence")
+    vis = vis[:, 0].expand(b, t, slots)
+    prefix = slots - t
+    if not bool(vis[..., :prefix].all()):
+        raise ValueError(f"{op}: attention_mask hides part of the cached prefix (padding or a window); "
+                         f"attn_decode rows see the whole committed prefix")
+    rows = vis[..., prefix:]
+    causal = torch.ones(t, t, dtype=torch.bool, device=mask.device).tril()
+    if bool((rows == causal).all()):
+        return None
+    return rows.contiguous()
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      **kwargs) -> tuple[torch.Tensor, None]:
+    """An HF transformers attention function (``AttentionInterface``) on ``attn_decode``: query [B, Hq, T,
+    D], key / value [B, Hkv, L, D] (the cache with the T new keys at its end), ``attention_mask`` as
+    ``sdpa``'s mask function makes it (None, or bool [B, 1, T, L]) or an additive [B, 1, T, L] one (a
+    tree: ``spec.generate``). Returns ([B, T, Hq, D], None). Up to 64 rows go to attn_decode (decode,
+    a verify: every row's bits those of its one-token call); more rows (a prefill) to HF's sdpa."""
+    b, hq, t, d = query.shape
+    if t > ATTN_MAX_ROWS or (dropout and module.training):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    slots = key.shape[2]
+    rows = _visible_rows("attention_forward", attention_mask, b, t, slots)
+    kv_lens = torch.full((b,), slots, dtype=torch.int64, device=query.device)
+    o = attn_decode(query.transpose(1, 2), key, value, kv_lens, rows, None, scale=scaling)
+    return o, None
+
+
+def swap_attention(model: torch.nn.Module) -> int:
+    """Runs every attention layer of an HF transformers model through ``attention_forward``
+    (``attn_decode`` for up to 64 query rows: one-token decode and the verifies; HF's sdpa for a
+    prefill): registers it, with sdpa's mask function, under the name ``"qwen38"`` and sets the model's
+    attention implementation to it. With the other swaps, every row of a verify then gets the bits of
+    its one-token step, the attention layers included (``spec.generate``). Returns how many modules
+    read the setting (modules with a ``config`` holding ``_attn_implementation``)."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    except ImportError as e:  # pragma: no cover - transformers is not a dependency
+        raise ImportError(f"swap_attention needs transformers with AttentionInterface (5.x): {e}") from None
+    AttentionInterface.register(ATTN_IMPLEMENTATION, attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    configs = {id(m.config): m.config for m in model.modules()
+               if hasattr(getattr(m, "config", None), "_attn_implementation")}
+    for cfg in configs.values():
+        cfg._attn_implementation = ATTN_IMPLEMENTATION
+    return sum(1 for m in model.modules() if id(getattr(m, "config", None)) in configs)
 
 
 # ---- the output head ------------------------------------------------------------------------------------

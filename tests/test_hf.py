@@ -12,14 +12,14 @@ from qwen38_kernels import nn as qnn
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def _hf_qwen3_5(device, k_heads, v_heads, head, seed):
-    """A random HF Qwen3.5 text model: 3 GDN layers (k_heads / v_heads of `head`) and one attention
-    layer, hidden 256, vocab 512, bf16."""
+def _hf_qwen3_5(device, k_heads, v_heads, head, seed, layers=4):
+    """A random HF Qwen3.5 text model: `layers` / 4 x (3 GDN layers (k_heads / v_heads of `head`), one
+    attention layer), hidden 256, vocab 512, bf16."""
     tr = pytest.importorskip("transformers")
     cfg_cls, lm_cls = getattr(tr, "Qwen3_5TextConfig", None), getattr(tr, "Qwen3_5ForCausalLM", None)
     if cfg_cls is None or lm_cls is None:
         pytest.skip(f"transformers {tr.__version__} has no Qwen3.5 text model")
-    cfg = cfg_cls(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+    cfg = cfg_cls(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=1, head_dim=64, linear_num_key_heads=k_heads,
                   linear_num_value_heads=v_heads, linear_key_head_dim=head, linear_value_head_dim=head,
                   max_position_embeddings=128)
@@ -78,9 +78,9 @@ def test_swapped_qwen3_5_computes_what_hf_computes(device):
     assert int((got.argmax(-1) == want.argmax(-1)).sum()) >= 9  # of 12 positions (near-ties may flip)
 
 
-def _gdn_qwen3_5(device):
+def _gdn_qwen3_5(device, layers=4):
     """The GDN layers at the real geometry (16 / 48 heads of 128: the kernels')."""
-    return _hf_qwen3_5(device, 16, 48, 128, seed=2)
+    return _hf_qwen3_5(device, 16, 48, 128, seed=2, layers=layers)
 
 
 def _decode(model, ids, steps, tokens=None):

@@ -17,16 +17,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from test_hf import DEVICES, _gdn_qwen3_5  # noqa: E402
 
 
-def _swapped(device):
+def _swapped(device, layers=4, attention=False):
     """The tiny model at the kernels' GDN geometry with every swap: the norms, MLPs and linears (the
-    reference quantizer), the head, the GDN wrappers. Every layer but the attention one then computes
-    each row independently of the row count."""
-    model = _gdn_qwen3_5(device)
+    reference quantizer), the head, the GDN wrappers, and with `attention` the attention layers. Every
+    layer but HF's attention then computes each row independently of the row count."""
+    model = _gdn_qwen3_5(device, layers)
     qnn.swap_norms(model)
     qnn.swap_mlps(model)
     qnn.swap_linears(model)
     qnn.swap_head(model)
-    assert qnn.swap_gdn(model) == 3
+    assert qnn.swap_gdn(model) == 3 * layers // 4
+    if attention:
+        assert qnn.swap_attention(model) >= layers // 4
     return model
 
 
@@ -66,10 +68,10 @@ def _greedy(model, ids, steps):
     return chosen, cache
 
 
-def _reference(device, steps):
+def _reference(device, steps, layers=4, attention=False):
     """The swapped model, a prompt, and one-token greedy decoding of `steps` tokens on a copy of the
     model: (model, prompt ids, prompt + greedy tokens, the copy's cache after all but the last)."""
-    model = _swapped(device)
+    model = _swapped(device, layers, attention)
     ref_model = copy.deepcopy(model)
     ids = torch.randint(0, 512, (1, 7), generator=torch.Generator().manual_seed(3)).to(device)
     with torch.no_grad():
@@ -338,3 +340,91 @@ def test_streaming_callback(device):
                         on_tokens=calls.append)
     assert [t for c in calls for t in c] == got.tokens[0, ids.shape[1]:].tolist() == truth[ids.shape[1]:]
     assert len(calls) == got.stats.rounds + 1 and len(calls[0]) == 1
+
+
+def _exact_spec(device, tree, attention, monkeypatch, steps=14):
+    """spec.generate on 8 layers (GDN x 3, attention, GDN x 3, attention) against one-token greedy
+    decoding: (the round's result, the reference cache, the GDN layers after the first attention layer
+    bit-equal to the reference's)."""
+    monkeypatch.setenv("QWEN38_NVFP4_PREFILL", "chunked")
+    model, ids, truth, ref_cache = _reference(device, steps, layers=8, attention=attention)
+    draft = _tree_oracle(truth, 5) if tree else _oracle(truth, 4)
+    got = spec.generate(model, ids, max_new_tokens=steps, draft=draft, num_draft=9 if tree else 6)
+    later = [i for i in (4, 5, 6)
+             if all(torch.equal(a, b) for a, b in zip(_states(got.past_key_values, (i,))[0],
+                                                      _states(ref_cache, (i,))[0]))]
+    return got, ref_cache, truth, ids, later
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tree", [False, True])
+def test_attention_swapped_every_layer_is_one_token_decode(device, tree, monkeypatch):
+    """With swap_attention too, the layers after an attention layer see verify rows with one-token
+    decode's bits: the GDN layers behind the model's first attention layer end with the states of
+    one-token greedy decoding, and the second attention layer's keys and values are its, bit for bit."""
+    steps = 14
+    got, ref_cache, truth, ids, later = _exact_spec(device, tree, True, monkeypatch, steps)
+    assert got.tokens[0].tolist() == truth
+    assert got.stats.accepted > 0 and got.stats.rounds < steps - 1
+    assert later == [4, 5, 6]
+    for i in (0, 1, 2):
+        got_i, ref_i = _states(got.past_key_values, (i,))[0], _states(ref_cache, (i,))[0]
+        assert all(torch.equal(a, b) for a, b in zip(got_i, ref_i))
+    for i in (3, 7):
+        a_got, a_ref = got.past_key_values.layers[i], ref_cache.layers[i]
+        assert a_got.keys.shape[-2] == ids.shape[1] + steps - 1
+        assert torch.equal(a_got.keys, a_ref.keys) and torch.equal(a_got.values, a_ref.values)
+
+
+def test_hf_attention_alone_breaks_the_later_layers(monkeypatch):
+    """The control of the test above: with HF's own attention, the verify rows leaving the first
+    attention layer are not one-token decode's, and some GDN layer behind it ends with other bits."""
+    got, ref_cache, truth, ids, later = _exact_spec("cpu", False, False, monkeypatch)
+    assert later != [4, 5, 6]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swapped_attention_computes_what_hf_computes(device):
+    """A prefill of 12 tokens (HF's sdpa past 64 rows only: these 12 go through attn_decode) and 4
+    one-token steps: the logits of the model with swap_attention against HF's own attention, to a few
+    bf16 ulps of the hidden states (another sum order); a wiring error (heads, scale, mask) moves them
+    by their own size."""
+    model = _gdn_qwen3_5(device, layers=4)
+    ids = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(4)).to(device)
+    with torch.no_grad():
+        want = _decode_logits(model, ids, 4)
+        qnn.swap_attention(model)
+        got = _decode_logits(model, ids, 4)
+    err = float((got - want).abs().max() / want.abs().max())
+    assert err < 2e-2, f"logits differ by {err:.3g} of their largest magnitude"
+
+
+def _decode_logits(model, ids, steps):
+    out = model(ids, use_cache=True)
+    cache, logits = out.past_key_values, [out.logits[0].float()]
+    for i in range(steps):
+        nxt = logits[-1][-1:].argmax(-1, keepdim=True)
+        out = model(nxt, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        logits.append(out.logits[0].float())
+    return torch.cat(logits)
+
+
+def test_attention_forward_refuses_masks_it_cannot_take():
+    """attn_decode rows see the whole committed prefix: a padding mask, a mask differing by head, or a
+    bias in an additive mask raise ValueError naming the problem."""
+    q = torch.randn(1, 4, 3, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 7, 64, dtype=torch.bfloat16)
+    mod = torch.nn.Module()
+    causal = torch.ones(3, 7, dtype=torch.bool).tril(4)[None, None]
+    o, w = qnn.attention_forward(mod, q, k, k, causal, scaling=0.25)
+    assert w is None and o.shape == (1, 3, 4, 64)
+    assert torch.equal(o, qnn.attention_forward(mod, q, k, k, None, scaling=0.25)[0])
+    padded = causal.clone()
+    padded[..., 0] = False
+    with pytest.raises(ValueError, match="hides part of the cached prefix"):
+        qnn.attention_forward(mod, q, k, k, padded)
+    with pytest.raises(ValueError, match="0 \\(attend\\) or the dtype's minimum"):
+        qnn.attention_forward(mod, q, k, k, torch.where(causal, 0.0, -1.0))
+    with pytest.raises(ValueError, match="differs between heads"):
+        qnn.attention_forward(mod, q, k, k, torch.cat([causal, padded], 1))

@@ -1,0 +1,234 @@
+"""Decode attention (torch.ops.qwen38.attn_decode): accuracy against a float64 evaluation that scores
+every cache slot and masks (no gathering), and the exactness a verify needs: a chain row or tree node
+bit-identical to the one-token call after its accepted path is compacted into the cache, a row's bits
+independent of the other rows, of the batch, and of where its keys sit; padding rows and invisible
+slots never read; opcheck and bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import qwen38_kernels as q
+from qwen38_kernels import testing as qt
+from qwen38_kernels.reference import attn as ref
+
+OPS = torch.ops.qwen38
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@st.composite
+def dfs_trees(draw, max_nodes):
+    """Parents of a random tree in depth-first pre-order (-1: a child of the committed prefix)."""
+    n = draw(st.integers(1, max_nodes))
+    parents, path = [], [-1]
+    for i in range(n):
+        d = draw(st.integers(1, len(path)))
+        parents.append(path[d - 1])
+        del path[d:]
+        path.append(i)
+    return parents
+
+
+def tree_mask(parents: list[int], t: int) -> torch.Tensor:
+    """[t, t] bool: row i sees itself and its ancestors (rows past the tree see only themselves)."""
+    m = torch.eye(t, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] |= m[p]
+    return m
+
+
+def path_of(parents: list[int], i: int) -> list[int]:
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = parents[i]
+    return out[::-1]
+
+
+def _inputs(b, t, hq, hkv, d, slots, seed, device="cpu", dt=torch.bfloat16, scale=1.0):
+    qq = qt.randn_nonzero(b, t, hq, d, dtype=dt, seed=seed, scale=scale, device=device)
+    k = qt.randn_nonzero(b, hkv, slots, d, dtype=dt, seed=seed + 1, scale=scale, device=device)
+    v = qt.randn_nonzero(b, hkv, slots, d, dtype=dt, seed=seed + 2, device=device)
+    return qq, k, v
+
+
+def _idx(values, device):
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def _check_f64(o, qq, k, v, kl, mask=None, lengths=None, scale=None):
+    o64, bound = ref.attn_decode_f64_bound(qq.cpu(), k.cpu(), v.cpu(), kl.cpu(), None if mask is None else mask.cpu(),
+                                           None if lengths is None else lengths.cpu(), scale=scale)
+    err = (o.cpu().double() - o64).abs()
+    bad = err > bound
+    assert not bool(bad.any()), (f"{int(bad.sum())} of {bad.numel()} elements outside the f64 bound; worst "
+                                 f"{float((err - bound).max()):.3g} at {tuple(int(i) for i in bad.nonzero()[0])}")
+    return o64
+
+
+# ---- accuracy -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("geom", [(24, 4, 256), (4, 1, 64), (16, 1, 128), (6, 2, 128)])
+def test_accuracy_chain_and_padding(device, dt, geom):
+    hq, hkv, d = geom
+    qq, k, v = _inputs(3, 5, hq, hkv, d, 150, seed=11, device=device, dt=dt)
+    kl, ls = _idx([150, 7, 70], device), _idx([5, 2, 0], device)
+    o = q.attn_decode(qq, k, v, kl, None, ls)
+    assert o.shape == qq.shape and o.dtype == dt and o.is_contiguous()
+    _check_f64(o, qq, k, v, kl, None, ls)
+    assert torch.equal(o[1, 2:].cpu(), torch.zeros_like(o[1, 2:].cpu())) and not bool(o[2].cpu().any())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_accuracy_cpu_tight(device):
+    """The CPU kernel's fp32 evaluation is far inside the general bound: half an output unit plus 2^-16
+    of the weighted |v| (a missed or extra key moves a row by about its weight, ~1/n of |v|)."""
+    if device != "cpu":
+        pytest.skip("the CUDA kernel rounds probabilities to bf16 for its tensor cores: the general bound")
+    qq, k, v = _inputs(2, 9, 8, 2, 128, 300, seed=5, scale=2.0)
+    kl = _idx([300, 40], "cpu")
+    mask = torch.stack([tree_mask([-1, 0, 1, 1, -1, 4, 5, 4, 7], 9), tree_mask([-1, 0, 0, 2, 3, -1, 5, 6, 6], 9)])
+    o = q.attn_decode(qq, k, v, kl, mask)
+    o64, _ = ref.attn_decode_f64_bound(qq, k, v, kl, mask)
+    wabs = ref.attn_decode_f64_bound(qq, k, v.abs(), kl, mask)[0]
+    assert bool(((o.double() - o64).abs() <= 2.0 ** -8 * o64.abs() + 2.0 ** -16 * wabs).all())
+
+
+# ---- exactness: verify == one-token decode ---------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("prefix", [0, 1, 63, 64, 200])
+def test_chain_row_is_the_one_token_call(device, prefix):
+    t, hq, hkv, d = 16, 24, 4, 256
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t + 5, seed=prefix, device=device)
+    o = q.attn_decode(qq, k, v, _idx([prefix + t], device))
+    _check_f64(o, qq, k, v, _idx([prefix + t], device))
+    for r in range(t):
+        one = q.attn_decode(qq[:, r:r + 1], k, v, _idx([prefix + r + 1], device))
+        qt.assert_bitwise_equal(o[:, r], one[:, 0], f"chain row {r} after a prefix of {prefix}")
+
+
+@settings(deadline=None)
+@given(parents=dfs_trees(max_nodes=64), prefix=st.sampled_from([0, 3, 64, 130]), data=st.data())
+def test_tree_node_is_the_one_token_call_after_compaction(parents, prefix, data):
+    """Node i of a tree verify == one token at the end of a cache holding the prefix and then node i's
+    path (what the accept leaves), bit for bit; with spare slots after the keys holding NaN."""
+    device = data.draw(st.sampled_from(["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]))
+    t, hq, hkv, d = len(parents), 12, 2, 64
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t + 3, seed=t + prefix, device=device)
+    k[:, :, prefix + t:], v[:, :, prefix + t:] = float("nan"), float("nan")
+    mask = tree_mask(parents, t)[None].to(device)
+    o = q.attn_decode(qq, k, v, _idx([prefix + t], device), mask)
+    for i in sorted(set(data.draw(st.lists(st.integers(0, t - 1), min_size=1, max_size=6)))):
+        keep = _idx(list(range(prefix)) + [prefix + j for j in path_of(parents, i)], device)
+        kc, vc = k.index_select(2, keep), v.index_select(2, keep)
+        one = q.attn_decode(qq[:, i:i + 1], kc, vc, _idx([keep.numel()], device))
+        qt.assert_bitwise_equal(o[:, i], one[:, 0], f"tree node {i} (parents {parents})")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_independent_of_batch_position_and_slot_placement(device):
+    """Sequence i of a batch == the same sequence alone; the same visible keys later in a longer cache
+    (NaN in the slots no row sees) give the same bits; each row == its own one-row call."""
+    hq, hkv, d, t = 6, 1, 128, 7
+    parents = [[-1, 0, 1, 0, 3, -1, 5], [-1, 0, 0, 2, 2, 4, 2], [-1, 0, 1, 2, 3, 4, 5]]
+    qq, k, v = _inputs(3, t, hq, hkv, d, 90, seed=3, device=device)
+    kl, ls = _idx([90, 30, 11], device), _idx([7, 5, 4], device)
+    for i in range(3):  # poison what no row reads: slots past kv_lens, padding rows' queries
+        k[i, :, int(kl[i]):], v[i, :, int(kl[i]):] = float("nan"), float("nan")
+        qq[i, int(ls[i]):] = float("nan")
+    mask = torch.stack([tree_mask(p, t) for p in parents]).to(device)
+    o = q.attn_decode(qq, k, v, kl, mask, ls)
+    _check_f64(o, qq, k, v, kl, mask, ls)
+    for i in range(3):
+        alone = q.attn_decode(qq[i:i + 1], k[i:i + 1], v[i:i + 1], kl[i:i + 1], mask[i:i + 1], ls[i:i + 1])
+        qt.assert_bitwise_equal(o[i:i + 1], alone, f"sequence {i} alone")
+        shift = 17  # the same keys 17 slots later, garbage before them
+        k2 = torch.full((1, hkv, 90 + shift, d), float("nan"), dtype=k.dtype, device=device)
+        v2 = k2.clone()
+        n = int(kl[i]) - int(ls[i])
+        k2[:, :, :n], v2[:, :, :n] = k[i:i + 1, :, :n], v[i:i + 1, :, :n]
+        m = int(ls[i])
+        dst = slice(n + shift, n + shift + m)
+        k2[:, :, dst], v2[:, :, dst] = k[i:i + 1, :, n:n + m], v[i:i + 1, :, n:n + m]
+        for r in range(m):
+            rows = [j for j in range(m) if bool(mask[i, r, j])]
+            keep = _idx(list(range(n)) + [n + shift + j for j in rows], device)
+            one = q.attn_decode(qq[i:i + 1, r:r + 1], k2.index_select(2, keep), v2.index_select(2, keep),
+                                _idx([keep.numel()], device))
+            qt.assert_bitwise_equal(o[i, r], one[0, 0], f"sequence {i} row {r}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic(device):
+    qq, k, v = _inputs(2, 4, 8, 2, 64, 50, seed=9, device=device)
+    qt.assert_deterministic(q.attn_decode, qq, k, v, _idx([50, 9], device))
+
+
+# ---- opcheck, fake, bad input ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    qq, k, v = _inputs(2, 3, 4, 2, 64, 12, seed=1, device=device)
+    kl = _idx([12, 5], device)
+    mask = torch.stack([tree_mask([-1, 0, -1], 3), tree_mask([-1, 0, 1], 3)]).to(device)
+    qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, None, None))
+    qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, mask, _idx([3, 2], device)), {"scale": 0.25})
+
+
+def test_fake_shapes_under_compile():
+    qq, k, v = _inputs(1, 2, 4, 1, 64, 6, seed=2)
+    kl = _idx([6], "cpu")
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(a, b, c, d):
+        return q.attn_decode(a, b, c, d) * 2
+
+    qt.assert_bitwise_equal(f(qq, k, v, kl), q.attn_decode(qq, k, v, kl) * 2, "compiled")
+
+
+def _bad_cases():
+    qq, k, v = _inputs(2, 3, 4, 2, 64, 8, seed=4)
+    kl = _idx([8, 5], "cpu")
+    eye = torch.eye(3, dtype=torch.bool).expand(2, 3, 3).clone()
+    late = eye.clone()
+    late[0, 0, 2] = True
+    blind = eye.clone()
+    blind[1, 1, 1] = False
+    return [
+        ("q", (qq.float(), k, v, kl), {}, "q must be bfloat16 or float16"),
+        ("q", (qq[0], k, v, kl), {}, "q must have shape [B, T, Hq, D]"),
+        ("q", (torch.zeros(2, 65, 4, 64, dtype=torch.bfloat16), k, v, kl), {}, "at most 64"),
+        ("q", (qq[..., :32].contiguous(), k[..., :32].contiguous(), v[..., :32].contiguous(), kl), {},
+         "must be 64, 128 or 256"),
+        ("q", (qq.transpose(-1, -2).contiguous().transpose(-1, -2), k, v, kl), {}, "q must be contiguous in its last"),
+        ("k_cache", (qq, k.half(), v, kl), {}, "k_cache must have q's dtype"),
+        ("v_cache", (qq, k, v[:, :, :5], kl), {}, "v_cache must have k_cache's shape"),
+        ("k_cache", (qq, k[:1], v[:1], kl), {}, "k_cache must have shape [2, Hkv, L, 64]"),
+        ("k_cache", (qq, torch.cat([k, k[:, :1]], 1), torch.cat([v, v[:, :1]], 1), kl), {}, "multiple of k_cache's 3"),
+        ("kv_lens", (qq, k, v, kl.float()), {}, "kv_lens must be int32 or int64"),
+        ("kv_lens", (qq, k, v, kl[:1]), {}, "kv_lens must have shape [2]"),
+        ("kv_lens", (qq, k, v, _idx([9, 5], "cpu")), {}, "kv_lens[0] = 9 is out of range"),
+        ("kv_lens", (qq, k, v, _idx([8, 2], "cpu")), {}, "kv_lens[1] = 2 is out of range"),
+        ("lengths", (qq, k, v, kl, None, _idx([4, 1], "cpu")), {}, "lengths[0] = 4 is out of range [0, 3]"),
+        ("mask", (qq, k, v, kl, eye.int()), {}, "mask must be bool"),
+        ("mask", (qq, k, v, kl, eye[:, :2]), {}, "mask must have shape [2, 3, 3]"),
+        ("mask", (qq, k, v, kl, late), {}, "mask[0, 0, 2] is True: a row sees no key of a later row"),
+        ("mask", (qq, k, v, kl, blind), {}, "mask[1, 1, 1] is False: a row must see its own key"),
+        ("scale", (qq, k, v, kl), {"scale": float("inf")}, "scale must be a finite number"),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(len(_bad_cases())))
+def test_bad_input_names_the_argument(device, case):
+    name, args, kwargs, msg = _bad_cases()[case]
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    with pytest.raises(ValueError, match=r"qwen38\.attn_decode: ") as e:
+        q.attn_decode(*args, **kwargs)
+    assert name in str(e.value) and msg in str(e.value), str(e.value)
