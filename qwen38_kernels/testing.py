@@ -19,6 +19,7 @@ What each helper checks, in the words of the numerics contract (DESIGN.md):
   shape) changes no bit of a call, at every row count given.
 - ``cuda_kernel_names``: the CUDA kernels a call launched (torch.profiler), so a test can tell which
   kernel served it.
+- ``dfs_trees``: a hypothesis strategy of draft trees in depth-first order (the verify ops' parents).
 
 Nothing here needs pytest; the functions raise ``AssertionError`` with a message that says which row,
 which output and how far off.
@@ -34,7 +35,7 @@ __all__ = [
     "poison_like", "poisoned_empty",
     "ulp_diff", "ulp_histogram", "assert_ulp_close", "assert_bitwise_equal",
     "run_opcheck", "assert_graph_equals_eager", "assert_row_invariant", "assert_row_invariant_at",
-    "assert_deterministic", "assert_knob_keeps_bits", "cuda_kernel_names",
+    "assert_deterministic", "assert_knob_keeps_bits", "cuda_kernel_names", "dfs_trees",
 ]
 
 # ---- devices and data ------------------------------------------------------------------------
@@ -402,3 +403,26 @@ def cuda_kernel_names(fn: Callable, *args) -> list[str]:
         fn(*args)
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# ---- draft trees ----------------------------------------------------------------------------------
+
+def dfs_trees(max_nodes: int):
+    """A hypothesis strategy (hypothesis is imported only here): the parents of a random tree of 1 to
+    ``max_nodes`` nodes in depth-first pre-order, -1 for a child of the committed state. Each node
+    takes any depth from 1 to one deeper than the node before it; its parent is the current path's
+    node one level up (the order ``gdn_tree_verify``, ``conv_tree`` and ``attn_decode``'s masks take)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def trees(draw):
+        n = draw(st.integers(1, max_nodes))
+        parents, path = [], [-1]
+        for i in range(n):
+            d = draw(st.integers(1, len(path)))
+            parents.append(path[d - 1])
+            del path[d:]
+            path.append(i)
+        return parents
+
+    return trees()

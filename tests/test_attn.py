@@ -18,19 +18,6 @@ OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-@st.composite
-def dfs_trees(draw, max_nodes):
-    """Parents of a random tree in depth-first pre-order (-1: a child of the committed prefix)."""
-    n = draw(st.integers(1, max_nodes))
-    parents, path = [], [-1]
-    for i in range(n):
-        d = draw(st.integers(1, len(path)))
-        parents.append(path[d - 1])
-        del path[d:]
-        path.append(i)
-    return parents
-
-
 def tree_mask(parents: list[int], t: int) -> torch.Tensor:
     """[t, t] bool: row i sees itself and its ancestors (rows past the tree see only themselves)."""
     m = torch.eye(t, dtype=torch.bool)
@@ -114,7 +101,7 @@ def test_chain_row_is_the_one_token_call(device, prefix):
 
 
 @settings(deadline=None)
-@given(parents=dfs_trees(max_nodes=64), prefix=st.sampled_from([0, 3, 64, 130]), data=st.data())
+@given(parents=qt.dfs_trees(max_nodes=64), prefix=st.sampled_from([0, 3, 64, 130]), data=st.data())
 def test_tree_node_is_the_one_token_call_after_compaction(parents, prefix, data):
     """Node i of a tree verify == one token at the end of a cache holding the prefix and then node i's
     path (what the accept leaves), bit for bit; with spare slots after the keys holding NaN."""

@@ -19,19 +19,6 @@ C = ref.CONV_CHANNELS
 ROWS = 6  # conv_state rows
 
 
-@st.composite
-def dfs_trees(draw, max_nodes):
-    """Parents of a random tree in depth-first pre-order."""
-    n = draw(st.integers(1, max_nodes))
-    parents, path = [], [-1]
-    for i in range(n):
-        d = draw(st.integers(1, len(path)))
-        parents.append(path[d - 1])
-        del path[d:]
-        path.append(i)
-    return parents
-
-
 def _inputs(batch, t, seed, c=C, dt=torch.bfloat16, wdt=None, device="cuda"):
     x = qt.randn_nonzero(batch, t, c, dtype=dt, seed=seed, scale=2.0, device=device)
     cs = qt.randn_nonzero(ROWS, c, 3, dtype=dt, seed=seed + 1, scale=2.0, device=device)
@@ -109,7 +96,7 @@ def test_chain_and_commit_match_the_reference(dt):
 
 @pytest.mark.gpu
 @settings(deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=4), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=64), min_size=1, max_size=4), data=st.data())
 def test_tree_and_commit_match_the_reference_fuzz(trees, data):
     batch, t = len(trees), max(len(p) for p in trees)
     x, cs, w = _inputs(batch, t, seed=7 + t, c=512)
@@ -364,7 +351,7 @@ def test_host_emulation_chain_step_and_commit(conv_emulator, tmp_path, dt, wdt, 
 
 
 @settings(deadline=None, max_examples=10)
-@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=3), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=64), min_size=1, max_size=3), data=st.data())
 def test_host_emulation_tree_and_commit_fuzz(conv_emulator, tmp_path_factory, trees, data):
     batch, t = len(trees), max(len(p) for p in trees)
     x, cs, w = _inputs(batch, t, seed=43 + t, c=EMU_C, device="cpu")

@@ -71,20 +71,6 @@ def _i(x, dtype=torch.int32):
     return torch.tensor(x, dtype=dtype)
 
 
-@st.composite
-def dfs_trees(draw, max_nodes):
-    """Parents of a random tree in depth-first pre-order (each node: any depth from 1 to one deeper
-    than the previous node; its parent is the current path's node one level up)."""
-    n = draw(st.integers(1, max_nodes))
-    parents, path = [], [-1]
-    for i in range(n):
-        d = draw(st.integers(1, len(path)))
-        parents.append(path[d - 1])
-        del path[d:]
-        path.append(i)
-    return parents
-
-
 def _pad_parents(trees, t, dtype=torch.int32):
     return torch.tensor([p + [-1] * (t - len(p)) for p in trees], dtype=dtype)
 
@@ -326,7 +312,7 @@ def test_chain_equals_cuda_steps_and_commit():
 
 @GPU
 @settings(deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=3), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=64), min_size=1, max_size=3), data=st.data())
 def test_tree_verify_and_commit_fuzz(trees, data):
     """Random trees (up to 64 nodes, any shape), random slots and index dtypes: tree verify and
     tree commit equal the reference bit for bit; padding; lengths shorter than T."""
@@ -410,7 +396,7 @@ def test_star_and_deep_chain_trees():
 
 @GPU
 @settings(max_examples=12, deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=64), min_size=1, max_size=2), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=64), min_size=1, max_size=2), data=st.data())
 def test_tree_split_keeps_bits(trees, data):
     """QWEN38_GDN_TREE_SPLIT=1..4 (runs of the depth-first order on separate CTAs) and auto give
     the same bits: random trees, and the benchmark's spine tree of 32 nodes."""
@@ -796,7 +782,7 @@ def test_host_emulation_64_nodes(emulator, tmp_path):
 
 
 @settings(max_examples=4, deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=20), min_size=1, max_size=2), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=20), min_size=1, max_size=2), data=st.data())
 def test_host_emulation_tree_fuzz(emulator, tmp_path_factory, trees, data):
     """Random trees through the kernel source: verify and commit."""
     batch, t = len(trees), max(len(p) for p in trees)
@@ -892,7 +878,6 @@ def test_host_emulation_invalid_trees(emulator, tmp_path):
     _, p_out = _emulate(emulator, tmp_path / "c", "commit", k=k, v=v, g=g, beta=beta, pool=pool.clone(),
                         slots=slots, accepted=torch.full((len(cases),), 1), parents=parents, idx64=True)
     qt.assert_bitwise_equal(p_out, pool, "commits of invalid trees")
-
 
 
 # ---- the commit folded into the next verify ---------------------------------------------------------

@@ -60,20 +60,6 @@ def _steps_along(q, k, v, g, beta, pool, slot, b, path):
     return outs, st1
 
 
-@st.composite
-def dfs_trees(draw, max_nodes):
-    """Parents of a random tree in depth-first pre-order (each node: any depth from 1 to one deeper
-    than the previous node; its parent is the current path's node one level up)."""
-    n = draw(st.integers(1, max_nodes))
-    parents, path = [], [-1]
-    for i in range(n):
-        d = draw(st.integers(1, len(path)))
-        parents.append(path[d - 1])
-        del path[d:]
-        path.append(i)
-    return parents
-
-
 def _pad_parents(trees, t):
     return torch.tensor([p + [-1] * (t - len(p)) for p in trees], dtype=torch.int32)
 
@@ -218,7 +204,7 @@ def test_chain_equals_steps_and_commit():
 
 
 @settings(max_examples=8, deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=9), min_size=1, max_size=2), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=9), min_size=1, max_size=2), data=st.data())
 def test_tree_equals_steps_and_commit(trees, data):
     batch = len(trees)
     t = max(len(p) for p in trees)
@@ -492,7 +478,7 @@ def test_conv_chain_commit_equal_steps():
 
 
 @settings(max_examples=10, deadline=None)
-@given(trees=st.lists(dfs_trees(max_nodes=12), min_size=1, max_size=3), data=st.data())
+@given(trees=st.lists(qt.dfs_trees(max_nodes=12), min_size=1, max_size=3), data=st.data())
 def test_conv_tree_commit_equal_steps(trees, data):
     batch, t = len(trees), max(len(p) for p in trees)
     x, cs, w = _conv_inputs(batch, t, seed=47 + t)
