@@ -316,8 +316,8 @@ def test_swap_head_gives_fp32_logits_sharing_the_weight(device):
     assert y.dtype == torch.float32 and y.shape == (3, 256)
     from qwen38_kernels import head_logits
     qt.assert_bitwise_equal(y, head_logits(x, w), "OutputHead vs head_logits")
-    want = x.double() @ w.double().T  # products exact, fp32 sums of 64 terms: close to float64
-    assert float((y.double() - want).abs().max()) <= 1e-5 * float(want.abs().max()) + 1e-6
+    want = x.double() @ w.detach().double().T  # products exact, fp32 sums of 64 terms: close to float64
+    assert float((y.detach().double() - want).abs().max()) <= 1e-5 * float(want.abs().max()) + 1e-6
     with pytest.raises(ValueError, match="lm_head must be a torch.nn.Linear, got OutputHead"):
         qnn.swap_head(m)
     m2 = _tiny(device)
