@@ -7,6 +7,29 @@
 
 namespace qwen38 {
 
+// (QWEN38_HOST_EMULATION: a host emulation of a kernel supplies emu::cp_async / _commit / _wait,
+// which hold each thread's copies back until its wait_group, as the hardware may; a shared-memory
+// address is the offset into the emulation's shared-memory array, emu::g_smem.)
+#ifdef QWEN38_HOST_EMULATION
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(static_cast<const unsigned char*>(p) - ::emu::g_smem);
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  ::emu::cp_async(dst, src, 16, src_bytes);
+}
+template <int kSpan>
+__device__ __forceinline__ void cp_async16_span(void* dst, const void* src, int src_bytes) {
+  ::emu::cp_async(dst, src, 16, src_bytes);
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  ::emu::cp_async(dst, src, 4, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { ::emu::cp_async_commit(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  ::emu::cp_async_wait(N);
+}
+#else
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -45,6 +68,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+#endif
 
 // wait_group with a run-time count (0..7): a uniform branch to the immediate form.
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {

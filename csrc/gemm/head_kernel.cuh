@@ -59,6 +59,7 @@
 #include "common/cp_async.cuh"
 #include "common/mma.cuh"
 #include "common/pdl.cuh"
+#include "common/smem.cuh"
 #include "gemm/head_launch.h"
 
 namespace qwen38::gemm {
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_HEAD_MIN_BLOCKS(MINB)) hea
   constexpr bool kRing = RING;
 
   // The ring: slot d holds one step, chunk (j, i) at ring[(d NT G + j G + i) threads + thread].
-  extern __shared__ uint4 ring_mem[];
+  QWEN38_DYNAMIC_SMEM(uint4, ring_mem, 16);
   constexpr int kThreads = 32 * KSPLIT;
   const int depth = p.depth;
   uint4* __restrict__ ring = ring_mem + threadIdx.x;

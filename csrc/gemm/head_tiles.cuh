@@ -24,6 +24,7 @@
 #pragma once
 
 #include "common/pdl.cuh"
+#include "common/smem.cuh"
 #include "common/vec.cuh"
 #include "gemm/head_kernel.cuh"  // head_better
 #include "gemm/head_launch.h"
@@ -55,7 +56,7 @@ static_assert(head_tiles_smem<__half, 4>() <= 99 * 1024, "the stages fit sm_121a
 // one CTA an SM on sm_121a either way.
 template <typename T, bool ARGMAX, int S>
 __global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_kernel(const HeadParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  QWEN38_DYNAMIC_SMEM(unsigned char, smem, 128);
   __shared__ float red_val[4][kHeadMaxRows];
   __shared__ int32_t red_idx[4][kHeadMaxRows];
   const int64_t n0 = int64_t(blockIdx.y) * prefill::kBN;
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blo
   static_assert(BN == 64 || BN == 32, "column tiles of 64 or 32");
   constexpr int kThr = head_narrow_threads<BN>(), kColWarps = BN / 32;
   constexpr int kX = 32 * prefill::kBK * 2, kStage = (32 + BN) * prefill::kBK * 2;
-  extern __shared__ __align__(128) unsigned char smem[];
+  QWEN38_DYNAMIC_SMEM(unsigned char, smem, 128);
   __shared__ float red_val[kColWarps][kHeadMaxRows];
   __shared__ int32_t red_idx[kColWarps][kHeadMaxRows];
   const int64_t n0 = int64_t(blockIdx.y) * BN;

@@ -34,4 +34,31 @@ inline void write_file(const std::string& path, const void* data, size_t n) {
   f.write(static_cast<const char*>(data), std::streamsize(n));
 }
 
+// The run directory of `prog DIR`: get(key) is a parameter ("none" when absent), ptr(key) the tensor
+// file that parameter names, read once and kept (nullptr when absent).
+struct RunDir {
+  std::string dir;
+  std::map<std::string, std::string> prm;
+  std::map<std::string, std::vector<char>> bufs;
+
+  RunDir(int argc, char** argv) {
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+      std::exit(2);
+    }
+    dir = argv[1];
+    prm = read_params(dir);
+  }
+  std::string get(const char* k) const {
+    const auto it = prm.find(k);
+    return it == prm.end() ? std::string("none") : it->second;
+  }
+  void* ptr(const char* k) {
+    const std::string f = get(k);
+    if (f == "none") return nullptr;
+    bufs[k] = read_file(dir + "/" + f);
+    return bufs[k].data();
+  }
+};
+
 }  // namespace emu
