@@ -52,6 +52,57 @@ template <typename T, int S> struct HeadWeight {
 template <typename T, int S> constexpr int head_tiles_smem() { return prefill::smem_bytes<1, HeadWeight<T, S>>(); }
 static_assert(head_tiles_smem<__half, 4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
+// The greedy epilogue of a 32-row tile (head_argmax): each row's best (logit, column) of the tile's
+// columns into p.ws_val / p.ws_idx[blockIdx.y]; kColWarps column warps of 32 columns, red_* their
+// per-warp winners. Ties go to the lower column (head_better).
+template <int kColWarps>
+__device__ __forceinline__ void head_tile_argmax(const float (&acc)[1][4][4], const HeadParams& p, int64_t n0,
+                                                 const prefill::Lane& L, float (&red_val)[kColWarps][kHeadMaxRows],
+                                                 int32_t (&red_idx)[kColWarps][kHeadMaxRows]) {
+  float bv[2] = {0.0f, 0.0f};
+  int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
+      const int h = i >> 1;
+      if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
+        bv[h] = acc[0][nt][i];
+        bi[h] = int32_t(c);
+      }
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int off = 1; off < 4; off *= 2) {  // the quad of lanes sharing the row
+      const float ov = __shfl_xor_sync(0xffffffffu, bv[h], off);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi[h], off);
+      if (head_better(ov, oi, bv[h], bi[h])) {
+        bv[h] = ov;
+        bi[h] = oi;
+      }
+    }
+    if (L.t == 0) {
+      red_val[L.wn][L.wm * 16 + L.g + 8 * h] = bv[h];
+      red_idx[L.wn][L.wm * 16 + L.g + 8 * h] = bi[h];
+    }
+  }
+  __syncthreads();
+  if (L.tid < kHeadMaxRows) {
+    float v = red_val[0][L.tid];
+    int32_t i = red_idx[0][L.tid];
+#pragma unroll
+    for (int c = 1; c < kColWarps; ++c)
+      if (head_better(red_val[c][L.tid], red_idx[c][L.tid], v, i)) {
+        v = red_val[c][L.tid];
+        i = red_idx[c][L.tid];
+      }
+    p.ws_val[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = v;
+    p.ws_idx[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = i;
+  }
+}
+
 // S stages (3 or 4: head_plan): 3 x 60 KB or 2 x 80 KB an SM on the H200 (launch bounds to match);
 // one CTA an SM on sm_121a either way.
 template <typename T, bool ARGMAX, int S>
@@ -71,49 +122,7 @@ __global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_
   if constexpr (!ARGMAX) {
     prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
   } else {
-    const prefill::Lane L;
-    float bv[2] = {0.0f, 0.0f};
-    int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
-        const int h = i >> 1;
-        if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
-          bv[h] = acc[0][nt][i];
-          bi[h] = int32_t(c);
-        }
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int off = 1; off < 4; off *= 2) {  // the quad of lanes sharing the row
-        const float ov = __shfl_xor_sync(0xffffffffu, bv[h], off);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi[h], off);
-        if (head_better(ov, oi, bv[h], bi[h])) {
-          bv[h] = ov;
-          bi[h] = oi;
-        }
-      }
-      if (L.t == 0) {
-        red_val[L.wn][L.wm * 16 + L.g + 8 * h] = bv[h];
-        red_idx[L.wn][L.wm * 16 + L.g + 8 * h] = bi[h];
-      }
-    }
-    __syncthreads();
-    if (L.tid < kHeadMaxRows) {
-      float v = red_val[0][L.tid];
-      int32_t i = red_idx[0][L.tid];
-#pragma unroll
-      for (int c = 1; c < 4; ++c)
-        if (head_better(red_val[c][L.tid], red_idx[c][L.tid], v, i)) {
-          v = red_val[c][L.tid];
-          i = red_idx[c][L.tid];
-        }
-      p.ws_val[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = v;
-      p.ws_idx[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = i;
-    }
+    head_tile_argmax<4>(acc, p, n0, prefill::Lane(), red_val, red_idx);
   }
 }
 
@@ -188,48 +197,7 @@ __global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blo
   if constexpr (!ARGMAX) {
     prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
   } else {
-    float bv[2] = {0.0f, 0.0f};
-    int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
-        const int h = i >> 1;
-        if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
-          bv[h] = acc[0][nt][i];
-          bi[h] = int32_t(c);
-        }
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int off = 1; off < 4; off *= 2) {  // the quad of lanes sharing the row
-        const float ov = __shfl_xor_sync(0xffffffffu, bv[h], off);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi[h], off);
-        if (head_better(ov, oi, bv[h], bi[h])) {
-          bv[h] = ov;
-          bi[h] = oi;
-        }
-      }
-      if (L.t == 0) {
-        red_val[L.wn][L.wm * 16 + L.g + 8 * h] = bv[h];
-        red_idx[L.wn][L.wm * 16 + L.g + 8 * h] = bi[h];
-      }
-    }
-    __syncthreads();
-    if (L.tid < kHeadMaxRows) {
-      float v = red_val[0][L.tid];
-      int32_t i = red_idx[0][L.tid];
-#pragma unroll
-      for (int c = 1; c < kColWarps; ++c)
-        if (head_better(red_val[c][L.tid], red_idx[c][L.tid], v, i)) {
-          v = red_val[c][L.tid];
-          i = red_idx[c][L.tid];
-        }
-      p.ws_val[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = v;
-      p.ws_idx[int64_t(blockIdx.y) * kHeadMaxRows + L.tid] = i;
-    }
+    head_tile_argmax<kColWarps>(acc, p, n0, L, red_val, red_idx);
   }
 }
 
