@@ -77,34 +77,22 @@ int narrow_smem(int cols, int stages) {
   return stages == 8 ? head_narrow_smem<64, 8>() : head_narrow_smem<64, 4>();
 }
 
-// CTAs an SM of the tiles kernel at `stages` on the current device (the argmax form has the same
-// launch bounds and a little more static shared memory: the plain form stands for both). The first
-// call per (dtype, stages, device) queries; later calls read a cache.
-cudaError_t tiles_occupancy(Act act, int stages, int* per_sm) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int>, int> cache;
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev)) return e;
-  return cached_query(mu, cache, std::make_tuple(int(act), stages, dev), per_sm, [&](int* n) {
-    const HeadFn fn = head_tiles_fn(act, false, stages);
-    const int smem = tiles_smem(act, stages);
-    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, prefill::kThreads, size_t(smem));
-    return err;
-  });
-}
-
-// CTAs an SM of the narrow tiles kernel (cols, stages) on the current device, cached as tiles_occupancy.
-cudaError_t narrow_occupancy(Act act, int cols, int stages, int* per_sm) {
+// CTAs an SM of a tiles kernel on the current device: the 128-column one at `stages` (cols 128) or the
+// narrow one (cols 64 / 32; the argmax forms have the same launch bounds and a little more static
+// shared memory: the plain form stands for both). The first call per (dtype, cols, stages, device)
+// queries; later calls read a cache.
+cudaError_t tiles_occupancy(Act act, int cols, int stages, int* per_sm) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, int>, int> cache;
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
   return cached_query(mu, cache, std::make_tuple(int(act), cols, stages, dev), per_sm, [&](int* n) {
-    const HeadFn fn = head_narrow_fn(act, false, cols, stages);
-    const int smem = narrow_smem(cols, stages);
+    const bool wide = cols == prefill::kBN;
+    const HeadFn fn = wide ? head_tiles_fn(act, false, stages) : head_narrow_fn(act, false, cols, stages);
+    const int smem = wide ? tiles_smem(act, stages) : narrow_smem(cols, stages);
+    const int threads = wide ? prefill::kThreads : 2 * cols;
     cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, 2 * cols, size_t(smem));
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, threads, size_t(smem));
     return err;
   });
 }
@@ -139,7 +127,7 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
       // 65536 at 1 row 156.6 -> 152.1, 248320 at 1 / 32 rows 581.4 / 609.9 -> 569.2 / 607.6.
       if (nstages == 0) {
         int per8 = 0;
-        if (cudaError_t err = narrow_occupancy(act, narrow, 8, &per8)) return err;
+        if (cudaError_t err = tiles_occupancy(act, narrow, 8, &per8)) return err;
         nstages = per8 >= 2 ? 8 : 4;
       }
       const int64_t n_tiles = (v + narrow - 1) / narrow;
@@ -166,8 +154,8 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
       int dev = 0, sms = 0, per3 = 0, per4 = 0;
       cudaError_t err = cudaGetDevice(&dev);
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      if (err == cudaSuccess) err = tiles_occupancy(act, 3, &per3);
-      if (err == cudaSuccess) err = tiles_occupancy(act, 4, &per4);
+      if (err == cudaSuccess) err = tiles_occupancy(act, prefill::kBN, 3, &per3);
+      if (err == cudaSuccess) err = tiles_occupancy(act, prefill::kBN, 4, &per4);
       if (err != cudaSuccess) return err;
       stages = head_tiles_fill(cols, int64_t(sms) * std::max(per4, 1)) >=
                        head_tiles_fill(cols, int64_t(sms) * std::max(per3, 1))
