@@ -30,6 +30,7 @@ struct Dim3 {
 };
 inline Dim3 g_block{0, 0, 0};
 inline int g_cur = 0, g_threads = 0;
+inline unsigned g_block_dim_x = 0, g_grid_dim[3] = {1, 1, 1};  // blockDim.x; gridDim (a driver sets it)
 inline ucontext_t g_sched, g_ctx[kMaxThreads];
 inline std::vector<char> g_stack[kMaxThreads];
 inline bool g_done[kMaxThreads];
@@ -173,6 +174,7 @@ inline void run_cta(Dim3 block, int threads, const std::function<void()>& body) 
   g_block = block;
   g_body = body;
   g_threads = threads;
+  g_block_dim_x = unsigned(threads);
   g_cta_live = threads;
   g_cta_arrived = 0;
   for (int w = 0; w < threads / 32; ++w) g_warp_live[w] = 32, g_warp_arrived[w] = 0;

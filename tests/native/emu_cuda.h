@@ -21,6 +21,16 @@
 #define __shared__
 #define threadIdx (emu::Dim3{unsigned(emu::g_cur), 0u, 0u})
 #define blockIdx (emu::g_block)
+// blockDim and gridDim are objects whose members read the runtime's values (not macros: launch.cuh's
+// cudaLaunchConfig_t has members of those names)
+struct EmuDimRef {
+  const unsigned& x;
+  const unsigned& y;
+  const unsigned& z;
+};
+inline const unsigned emu_dim_one = 1;
+inline const EmuDimRef blockDim{emu::g_block_dim_x, emu_dim_one, emu_dim_one};
+inline const EmuDimRef gridDim{emu::g_grid_dim[0], emu::g_grid_dim[1], emu::g_grid_dim[2]};
 
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }

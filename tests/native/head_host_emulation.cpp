@@ -26,7 +26,6 @@
 #include "emu_cuda.h"
 #undef __shared__
 #define __shared__ static  // one CTA at a time: a kernel's static shared arrays are shared by its threads
-inline emu::Dim3 gridDim{1, 1, 1};  // (read by the ring kernel, which this emulation does not run)
 
 namespace qwen38::gemm {
 alignas(128) unsigned char emu_head_smem[128 * 1024];
@@ -40,6 +39,7 @@ using namespace qwen38::gemm;
 
 template <typename T, bool ARGMAX>
 void run_tiles(const HeadParams& p, int cols, int stages, int blocks) {
+  emu::g_grid_dim[0] = 1, emu::g_grid_dim[1] = unsigned(blocks), emu::g_grid_dim[2] = 1;
   for (int y = 0; y < blocks; ++y) {
     const emu::Dim3 b{0u, unsigned(y), 0u};
     if (cols == 128) {
@@ -53,6 +53,7 @@ void run_tiles(const HeadParams& p, int cols, int stages, int blocks) {
       else emu::run_cta(b, 64, [&p]() { head_narrow_kernel<T, ARGMAX, 32, 4>(p); });
     }
   }
+  emu::g_grid_dim[0] = unsigned(p.m), emu::g_grid_dim[1] = 1;
   if constexpr (ARGMAX)
     for (int r = 0; r < int(p.m); ++r)
       emu::run_cta(emu::Dim3{unsigned(r), 0u, 0u}, 32, [&p, blocks]() { head_argmax_finish(p, blocks); });
