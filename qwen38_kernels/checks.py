@@ -473,12 +473,8 @@ def _attn_check(device: str) -> CheckResult:
     q = _randn(1, t, 24, 256).to(device)
     k, v = _randn(1, 4, prefix + t, 256).to(device), _randn(1, 4, prefix + t, 256).to(device)
     kl = torch.tensor([prefix + t], device=device)
-    parents = [-1, 0, 1, 0, 3, 4, -1, 6, 7] + list(range(8, 15))
-    mask = torch.eye(t, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            mask[i] |= mask[p]
-    mask = mask[None].to(device)
+    rows = ref.tree_mask([-1, 0, 1, 0, 3, 4, -1, 6, 7] + list(range(8, 15)))  # row i sees its ancestors
+    mask = rows[None].to(device)
     worst = 0.0
     for name, m in (("chain", None), ("tree", mask)):
         o = torch.ops.qwen38.attn_decode(q, k, v, kl, m)
@@ -489,12 +485,8 @@ def _attn_check(device: str) -> CheckResult:
             lines.append(f"{name}: outside the float64 bound ({excess:.2f} of it)")
         if m is None:
             continue
-        for i in (2, 5, 15):
-            path, j = [], i
-            while j >= 0:
-                path.append(j)
-                j = parents[j]
-            keep = torch.tensor(list(range(prefix)) + [prefix + j for j in path[::-1]], device=device)
+        for i in (2, 5, 15):  # the cache the accept of node i leaves: the prefix, then its path
+            keep = torch.tensor(list(range(prefix)) + (prefix + rows[i].nonzero().flatten()).tolist(), device=device)
             one = torch.ops.qwen38.attn_decode(q[:, i:i + 1], k.index_select(2, keep), v.index_select(2, keep),
                                                torch.tensor([keep.numel()], device=device))
             if not torch.equal(one[:, 0].view(torch.int16), o[:, i].view(torch.int16)):

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import torch
 
 from .nn import GatedDeltaNetDecode
+from .reference.attn import tree_mask
 
 __all__ = ["generate", "prompt_lookup", "prompt_lookup_tree", "DraftTree", "Sampling", "SpecOutput", "SpecStats",
            "MAX_VERIFY_TOKENS", "MAX_TREE_NODES"]
@@ -406,11 +407,7 @@ def _generate(model, input_ids, max_new_tokens, draft, num_draft, eos, wrappers,
         lengths = [_seq_len(layer) for layer in attn]
         if tree:
             past = int(cache.get_seq_length())
-            anc = torch.zeros(t, t, dtype=torch.bool)  # anc[i, j]: row j is row i or an ancestor of it
-            for i in range(t):
-                anc[i, i] = True
-                if rows[i] >= 0:
-                    anc[i] |= anc[rows[i]]
+            anc = tree_mask(rows)  # anc[i, j]: row j is row i or an ancestor of it
             mask = torch.zeros(1, 1, t, past + t, dtype=dtype)
             mask[0, 0, :, past:].masked_fill_(~anc, torch.finfo(dtype).min)
             kwargs["attention_mask"] = mask.to(dev)

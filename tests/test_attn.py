@@ -18,15 +18,6 @@ OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def tree_mask(parents: list[int], t: int) -> torch.Tensor:
-    """[t, t] bool: row i sees itself and its ancestors (rows past the tree see only themselves)."""
-    m = torch.eye(t, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            m[i] |= m[p]
-    return m
-
-
 def path_of(parents: list[int], i: int) -> list[int]:
     out = []
     while i >= 0:
@@ -79,7 +70,7 @@ def test_accuracy_cpu_tight(device):
         pytest.skip("the CUDA kernel rounds probabilities to bf16 for its tensor cores: the general bound")
     qq, k, v = _inputs(2, 9, 8, 2, 128, 300, seed=5, scale=2.0)
     kl = _idx([300, 40], "cpu")
-    mask = torch.stack([tree_mask([-1, 0, 1, 1, -1, 4, 5, 4, 7], 9), tree_mask([-1, 0, 0, 2, 3, -1, 5, 6, 6], 9)])
+    mask = torch.stack([ref.tree_mask([-1, 0, 1, 1, -1, 4, 5, 4, 7]), ref.tree_mask([-1, 0, 0, 2, 3, -1, 5, 6, 6])])
     o = q.attn_decode(qq, k, v, kl, mask)
     o64, _ = ref.attn_decode_f64_bound(qq, k, v, kl, mask)
     wabs = ref.attn_decode_f64_bound(qq, k, v.abs(), kl, mask)[0]
@@ -109,7 +100,7 @@ def test_tree_node_is_the_one_token_call_after_compaction(parents, prefix, data)
     t, hq, hkv, d = len(parents), 12, 2, 64
     qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t + 3, seed=t + prefix, device=device)
     k[:, :, prefix + t:], v[:, :, prefix + t:] = float("nan"), float("nan")
-    mask = tree_mask(parents, t)[None].to(device)
+    mask = ref.tree_mask(parents)[None].to(device)
     o = q.attn_decode(qq, k, v, _idx([prefix + t], device), mask)
     for i in sorted(set(data.draw(st.lists(st.integers(0, t - 1), min_size=1, max_size=6)))):
         keep = _idx(list(range(prefix)) + [prefix + j for j in path_of(parents, i)], device)
@@ -129,7 +120,7 @@ def test_rows_independent_of_batch_position_and_slot_placement(device):
     for i in range(3):  # poison what no row reads: slots past kv_lens, padding rows' queries
         k[i, :, int(kl[i]):], v[i, :, int(kl[i]):] = float("nan"), float("nan")
         qq[i, int(ls[i]):] = float("nan")
-    mask = torch.stack([tree_mask(p, t) for p in parents]).to(device)
+    mask = torch.stack([ref.tree_mask(p) for p in parents]).to(device)
     o = q.attn_decode(qq, k, v, kl, mask, ls)
     _check_f64(o, qq, k, v, kl, mask, ls)
     for i in range(3):
@@ -163,7 +154,7 @@ def test_deterministic(device):
 def test_opcheck(device):
     qq, k, v = _inputs(2, 3, 4, 2, 64, 12, seed=1, device=device)
     kl = _idx([12, 5], device)
-    mask = torch.stack([tree_mask([-1, 0, -1], 3), tree_mask([-1, 0, 1], 3)]).to(device)
+    mask = torch.stack([ref.tree_mask([-1, 0, -1]), ref.tree_mask([-1, 0, 1])]).to(device)
     qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, None, None))
     qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, mask, _idx([3, 2], device)), {"scale": 0.25})
 

@@ -47,19 +47,16 @@ import math
 
 import torch
 
-from .._checks import _fail
+from .._checks import _fail, _shape
 
-__all__ = ["attn_decode", "attn_decode_f64_bound", "check_attn_decode", "MAX_ROWS", "MAX_GROUP", "HEAD_DIMS"]
+__all__ = ["attn_decode", "attn_decode_f64_bound", "check_attn_decode", "tree_mask", "MAX_ROWS", "MAX_GROUP",
+           "HEAD_DIMS"]
 
 MAX_ROWS = 64       # query rows a sequence (a tree of 64 nodes; the pending token and 63 drafts)
 MAX_GROUP = 16      # q heads a kv head (one row of 16-row mma tiles a token on the GPU)
 HEAD_DIMS = (64, 128, 256)
 ACT_DTYPES = (torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-def _shape(t) -> str:
-    return str(list(t.shape))
 
 
 def _check_dense_last(op, name, t):
@@ -154,6 +151,18 @@ def check_attn_decode(q, k_cache, v_cache, kv_lens, mask=None, lengths=None, sca
                 seq.append(seen.nonzero().flatten().tolist())
             rows.append(seq)
     return dims, kl, ls, rows
+
+
+def tree_mask(parents) -> torch.Tensor:
+    """attn_decode's mask row block of one sequence, [T, T] bool, from a draft tree's parents (T of them,
+    -1 for a child of the committed prefix, every parent an earlier row): row i sees itself and its
+    ancestors. (``spec.generate`` builds HF's attention mask of a tree round from it too.)"""
+    t = len(parents)
+    m = torch.eye(t, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] |= m[p]
+    return m
 
 
 def _visible(kl, ls, rows, i, r):
