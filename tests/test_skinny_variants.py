@@ -27,10 +27,24 @@ def clean_registry():
 @pytest.mark.parametrize("n,k", [(s.n, s.k) for s in shapes.WEIGHT_SHAPES] + [(8, 32), (200, 272), (1, 999999)])
 def test_default_rule_is_valid_and_depends_on_shape_only(n, k):
     ks, ntn, ntw = _C.skinny_default_variant(n, k)
-    assert ks in (1, 2, 4, 8) and ntn in (1, 2, 4) and ntw in (1, 2) and ntw <= ntn
+    assert ks in (1, 2, 4, 8) and ntn in (1, 2, 4) and ntw in (1, 2, 4) and ntw <= ntn
     assert _C.skinny_default_variant(n, k) == (ks, ntn, ntw)
     steps = -(-k // 128)
     assert ks == 1 or steps >= 4 * ks  # every warp keeps at least 4 steps of 128 k
+
+
+@pytest.mark.parametrize("n", [248320, 32768, 8192])
+def test_default_rule_of_large_k5120_weights_is_the_tables(n):
+    """K = 5120 weights of N >= 8192 not in the tables (the output head, a draft vocabulary) get what every
+    table entry of that kind chose: k split 4, 4 tiles a warp at both row ranges. Before session 39 the
+    248320-row head took k split 1 (the ring kernel) and such shapes 2 tiles at 17..32 rows."""
+    assert _C.skinny_default_variant(n, 5120) == (4, 4, 4)
+    for arch in ("sm_90", "sm_121"):
+        for name in ("nvfp4_skinny", "nvfp4_skinny_wide"):
+            for key, entry in tables.load(arch, name)["entries"].items():
+                nn, kk = map(int, key.split(","))
+                if kk == 5120 and nn >= 8192:
+                    assert tables.parse_variant(entry["variant"])[:2] == (4, 4), (arch, name, key)
 
 
 def test_registry_set_lookup_clear(clean_registry):

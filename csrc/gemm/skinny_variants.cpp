@@ -36,7 +36,7 @@ SkinnyVariant skinny_default(int64_t n, int64_t k) {
   const int64_t steps = (k + kStepK - 1) / kStepK;
   SkinnyVariant v;
   v.nt_narrow = tiles >= 4 * 256 ? 4 : tiles >= 2 * 256 ? 2 : 1;
-  v.nt_wide = v.nt_narrow > 1 ? v.nt_narrow / 2 : 1;  // <= 2
+  v.nt_wide = v.nt_narrow > 1 ? v.nt_narrow / 2 : 1;
   const int64_t blocks = (tiles + v.nt_narrow - 1) / v.nt_narrow;
   // split K until there are enough warps, keeping at least 4 steps of 128 k per warp; a grid of
   // kWideGrid blocks or more stops before a warp would get fewer than kMinSteps steps. Measured on
@@ -46,6 +46,16 @@ SkinnyVariant skinny_default(int64_t n, int64_t k) {
   while (v.ksplit < 8 && blocks * v.ksplit < kWantWarps && steps >= 8 * v.ksplit) {
     if (blocks >= kWideGrid && steps < 2 * v.ksplit * kMinSteps) break;
     v.ksplit *= 2;
+  }
+  // K = 5120 weights of 1024 tiles or more (N >= 8192, so 4 tiles a warp at 1..16 rows): k split 4 and
+  // 4 tiles a warp at 17..32 rows too, what every such table entry chose on both architectures. The loop
+  // above leaves the largest grids at k split 1 (the ring kernel; the register-stream kernels serve 2, 4,
+  // 8 at K = 5120). Session 39 (H100, nvfp4_linear, fp32 out; benchmarks/results/h100/nvfp4_head_rule_s39.txt):
+  // the 248320-row NVFP4 head 339 / 397 / 686 / 828 us at 1 / 16 / 24 / 32 rows at (1, 4, 2) -> 280 / 299 /
+  // 454 / 399 at (4, 4, 4); the 32768-row draft vocabulary 90 / 119 -> 65 / 60 us at 24 / 32 rows.
+  if (k == 5120 && tiles >= 4 * 256) {
+    v.ksplit = 4;
+    v.nt_wide = 4;
   }
   return v;
 }
