@@ -2,9 +2,15 @@
 torch.ops.qwen38 (no math, no copies), its fake kernel and its CPU kernel (the pure-PyTorch reference
 in qwen38_kernels/reference/attn.py, whose docstring holds the tensors' table and the contract).
 
-CUDA: until the tensor-core kernel lands, the reference also serves CUDA tensors. It evaluates one
-row at a time and reads the index tensors on the host, so it is slow and not CUDA-graph safe, but it
-keeps the contract (a row's bits depend on its visible keys only, cuBLAS running the same shapes).
+CUDA: the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the design: a row's visible keys
+in chunks of 64 and splits that depend on its visible count only, merged in order; mma.m16n8k16 with
+fp32 accumulation; exp2 from fused multiply-adds, so sm_90a and sm_121a give the same bits), launched
+by csrc/attn/attn.cpp. The grid comes from the shapes only and the launcher never reads the index
+tensors (kv_lens, lengths, mask) unless ``QWEN38_ATTN_CHECK_INDICES=1``: the call is asynchronous and
+CUDA-graph safe; out-of-range values are clamped by the kernel, never read past the cache. The rows of
+q, k_cache and v_cache must start 16-byte aligned (strides multiples of 8 elements) on CUDA. CPU and
+CUDA agree to the bound of ``reference.attn_decode_f64_bound``, not bit for bit; on one GPU a verify
+row equals its one-token call after compaction bit for bit.
 """
 from __future__ import annotations
 
@@ -33,9 +39,8 @@ def attn_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
     return _ops.attn_decode(q, k_cache, v_cache, kv_lens, mask, lengths, scale=scale)
 
 
-# ---- CPU kernel: the reference (and CUDA's until its kernel lands: module docstring) --------------
+# ---- CPU kernel: the reference (CUDA's is registered in C++, csrc/attn/attn.cpp) ------------------
 torch.library.register_kernel("qwen38::attn_decode", "cpu", ref.attn_decode)
-torch.library.register_kernel("qwen38::attn_decode", "cuda", ref.attn_decode)
 
 
 # ---- fake kernel: shapes and dtypes (index values need the data) ----------------------------------
