@@ -2,7 +2,10 @@
 every cache slot and masks (no gathering), and the exactness a verify needs: a chain row or tree node
 bit-identical to the one-token call after its accepted path is compacted into the cache, a row's bits
 independent of the other rows, of the batch, and of where its keys sit; padding rows and invisible
-slots never read; opcheck and bad input."""
+slots never read; opcheck and bad input. The CUDA kernel (csrc/attn) also: long caches (rows of many
+splits, merged by the second kernel; longer splits past 16384 keys), graph == eager with index values
+changed between replays, and its own guards (index values are read on the host only with
+QWEN38_ATTN_CHECK_INDICES=1). tests/test_attn_emulation.py runs the kernel source on the CPU."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qwen38_kernels as q
+from qwen38_kernels import knobs
 from qwen38_kernels import testing as qt
 from qwen38_kernels.reference import attn as ref
 
@@ -205,8 +209,110 @@ def _bad_cases():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", range(len(_bad_cases())))
 def test_bad_input_names_the_argument(device, case):
+    """(On CUDA the index values are checked on request only: QWEN38_ATTN_CHECK_INDICES=1 here.)"""
     name, args, kwargs, msg = _bad_cases()[case]
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-    with pytest.raises(ValueError, match=r"qwen38\.attn_decode: ") as e:
-        q.attn_decode(*args, **kwargs)
+    with knobs.override(QWEN38_ATTN_CHECK_INDICES="1"):
+        with pytest.raises(ValueError, match=r"qwen38\.attn_decode: ") as e:
+            q.attn_decode(*args, **kwargs)
     assert name in str(e.value) and msg in str(e.value), str(e.value)
+
+
+# ---- the CUDA kernel ------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_cuda_long_cache_within_the_f64_bound(dt):
+    """The model's geometry over 2000 and 700 keys (rows of 3..8 splits, merged in order), a tree batch
+    with a padding sequence tail; and the same at a 1-row decode."""
+    qq, k, v = _inputs(2, 16, 24, 4, 256, 2000, seed=31, dt=dt, device="cuda")
+    kl, ls = _idx([2000, 700], "cuda"), _idx([16, 9], "cuda")
+    mask = torch.stack([ref.tree_mask([-1, 0, 1, 2, 1, 4, 0, 6, 7, 8, 9, -1, 11, 12, 12, 14]),
+                        ref.tree_mask([-1, 0, 1, 1, 3, 4, 5, 6, 7] + [-1] * 7)]).cuda()
+    o = q.attn_decode(qq, k, v, kl, mask, ls)
+    _check_f64(o, qq, k, v, kl, mask, ls)
+    assert not bool(o[1, 9:].float().cpu().any())
+    one = q.attn_decode(qq[:, :1], k, v, _idx([1985, 692], "cuda"))
+    _check_f64(one, qq[:, :1], k, v, _idx([1985, 692], "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix", [700, 760, 1010, 1100])
+def test_cuda_chain_rows_are_one_token_calls_at_long_prefixes(prefix):
+    """16 chain rows after 700..1100 keys (across the 256-key split boundaries at 768 and 1024 and the
+    chunk boundaries): each row == its one-token call, bit for bit."""
+    t, hq, hkv, d = 16, 24, 4, 256
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t + 7, seed=prefix, device="cuda")
+    o = q.attn_decode(qq, k, v, _idx([prefix + t], "cuda"))
+    for r in range(t):
+        one = q.attn_decode(qq[:, r:r + 1], k, v, _idx([prefix + r + 1], "cuda"))
+        qt.assert_bitwise_equal(o[:, r], one[:, 0], f"chain row {r} after a prefix of {prefix}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix", [1020, 16370])
+def test_cuda_tree_nodes_are_one_token_calls_at_long_prefixes(prefix):
+    """A 24-node tree after 1020 keys (paths across the split boundary at 1024) and after 16370 (past
+    16384 keys a split holds 5 chunks: rows of one CTA split differently): node i == the one-token call
+    on the cache compacted to the prefix and i's path, bit for bit."""
+    parents = [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 4, 17, 18, -1, 20, 21, 0]
+    t, hq, hkv, d = len(parents), 6, 1, 128
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t, seed=7, device="cuda")
+    mask = ref.tree_mask(parents)[None].cuda()
+    o = q.attn_decode(qq, k, v, _idx([prefix + t], "cuda"), mask)
+    for i in range(t):
+        keep = _idx(list(range(prefix)) + [prefix + j for j in path_of(parents, i)], "cuda")
+        one = q.attn_decode(qq[:, i:i + 1], k.index_select(2, keep), v.index_select(2, keep),
+                            _idx([keep.numel()], "cuda"))
+        qt.assert_bitwise_equal(o[:, i], one[:, 0], f"tree node {i} after {prefix}")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_equals_eager_and_reads_the_index_values_at_replay():
+    qq, k, v = _inputs(2, 8, 24, 4, 256, 1500, seed=21, device="cuda")
+    kl, ls = _idx([1500, 900], "cuda"), _idx([8, 5], "cuda")
+    mask = torch.stack([ref.tree_mask([-1, 0, 1, 1, -1, 4, 5, 6]), ref.tree_mask([-1, 0, 1, 2, 3, -1, -1, -1])]).cuda()
+    qt.assert_graph_equals_eager(lambda *a: q.attn_decode(*a), qq, k, v, kl, mask, ls)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = q.attn_decode(qq, k, v, kl, mask, ls)
+    kl.copy_(_idx([1200, 1400], "cuda"))  # new values in place: the replay must read them
+    ls.copy_(_idx([6, 8], "cuda"))
+    qq.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    qt.assert_bitwise_equal(out, q.attn_decode(qq, k, v, kl, mask, ls), "replay after new index values")
+
+
+@pytest.mark.gpu
+def test_cuda_unchecked_index_values_are_clamped():
+    """QWEN38_ATTN_CHECK_INDICES=0 (the default): out-of-range values raise nothing and read nothing
+    outside the cache (NaN there): lengths clamp to T, kv_lens to [length, L]; a row sees its own key and
+    no later row's whatever the mask says."""
+    qq, k, v = _inputs(2, 3, 4, 2, 64, 40, seed=4, device="cuda")
+    big_k = torch.cat([k, torch.full_like(k, float("nan"))], 2)[:, :, :40]  # (a view: NaN past it)
+    big_v = torch.cat([v, torch.full_like(v, float("nan"))], 2)[:, :, :40]
+    with knobs.override(QWEN38_ATTN_CHECK_INDICES="0"):
+        o = q.attn_decode(qq, big_k, big_v, _idx([99, 2], "cuda"), None, _idx([7, 3], "cuda"))
+        want = q.attn_decode(qq, k, v, _idx([40, 3], "cuda"), None, _idx([3, 3], "cuda"))
+        qt.assert_bitwise_equal(o, want, "clamped kv_lens and lengths")
+        bad = torch.zeros(2, 3, 3, dtype=torch.bool, device="cuda")
+        bad[:, 0, 2] = True  # a later row, and no own key anywhere
+        qt.assert_bitwise_equal(q.attn_decode(qq, k, v, _idx([40, 9], "cuda"), bad),
+                                q.attn_decode(qq, k, v, _idx([40, 9], "cuda"), torch.eye(3, dtype=torch.bool,
+                                                                                     device="cuda").expand(2, 3, 3)),
+                                "a row sees its own key only")
+
+
+@pytest.mark.gpu
+def test_cuda_misaligned_rows_are_refused():
+    qq, k, v = _inputs(1, 2, 4, 1, 64, 10, seed=6, device="cuda")
+    kl = _idx([10], "cuda")
+    for name, args in (("q", (qt.offset_copy(qq, 4), k, v)), ("k_cache", (qq, qt.offset_copy(k, 2), v)),
+                       ("v_cache", (qq, k, qt.offset_copy(v, 1)))):
+        with pytest.raises(ValueError, match=rf"{name}'s rows must start 16-byte aligned"):
+            q.attn_decode(*args, kl)
+    ok = q.attn_decode(qq, k, v, kl)  # a strided view with 16-byte rows is fine
+    wide = torch.zeros(1, 2, 8, 64, dtype=qq.dtype, device="cuda")
+    wide[:, :, ::2] = qq
+    qt.assert_bitwise_equal(q.attn_decode(wide[:, :, ::2], k, v, kl), ok, "strided q")

@@ -134,3 +134,19 @@ def test_host_emulation_tree_nodes_are_one_token_calls_after_compaction(attn_emu
         one = _emulate(attn_emulator, tmp_path / f"n{i}", qq[:, i:i + 1], k.index_select(2, keep),
                        v.index_select(2, keep), _idx([keep.numel()]))
         qt.assert_bitwise_equal(o[0, i], one[0, 0], f"tree node {i} (path {path[::-1]})")
+
+
+def test_host_emulation_rows_past_16k_keys_split_longer(attn_emulator, tmp_path):
+    """Past 256 chunks (16384 keys) a row's splits hold 5 chunks instead of 4 (at most 64 splits). Four
+    chain rows after 16382 keys, one CTA (G 6: two tiles of two tokens): rows 0, 1 see 16383 / 16384 keys
+    (splits of 4 chunks), rows 2, 3 see 16385 / 16386 (splits of 5), so the CTA of split s serves chunks
+    4s.. for two rows and 5s.. for the others. Within the bound, and rows 1 and 2 == their one-token
+    calls, bit for bit."""
+    t, hq, hkv, d, prefix = 4, 6, 1, 64, 16382
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t, seed=3, dt=torch.bfloat16)
+    kl = _idx([prefix + t])
+    o = _emulate(attn_emulator, tmp_path / "all", qq, k, v, kl)
+    _within_bound(o, qq, k, v, kl, what="past 16K keys")
+    for r in (1, 2):
+        one = _emulate(attn_emulator, tmp_path / f"r{r}", qq[:, r:r + 1], k, v, _idx([prefix + r + 1]))
+        qt.assert_bitwise_equal(o[0, r], one[0, 0], f"row {r} (n = {prefix + r + 1})")
