@@ -68,6 +68,17 @@ def _within_bound(o, qq, k, v, kl, mask=None, lengths=None, what=""):
                                  f"at {tuple(int(i) for i in bad.nonzero()[0])}")
 
 
+def _dfs_tree(t: int) -> list[int]:
+    """A depth-first tree of t nodes: alternately one level deeper and a sibling one level up."""
+    par, path = [], [-1]
+    for i in range(t):
+        d = len(path) if i % 3 else max(1, len(path) - 1)
+        par.append(path[d - 1])
+        del path[d:]
+        path.append(i)
+    return par
+
+
 # (B, T, Hq, Hkv, D, dtype, kv_lens, lengths, tree parents per sequence or None, copies, sched)
 _CASES = {
     # a chain batch with padding rows: G 6, two tiles of two tokens, rows of 1 and 2 splits (n 296..300)
@@ -77,13 +88,21 @@ _CASES = {
                          [[-1, 0, 1, 1, -1, 4, 5, 4, 7], [-1, 0, 0, 2, 3, -1, 0, 0, 0], [-1] * 9], "early", "rr"),
     # the model's geometry, D 256, 3 splits (n 519..521), fp16
     "chain-g6-d256-f16": (1, 3, 6, 1, 256, torch.float16, [521], None, None, "late", "rr"),
+    # G 1: 16 tokens a tile, 32 a CTA (the whole 32-bit member mask), two token groups
+    "chain-g1-t40-d64-bf16": (1, 40, 2, 2, 64, torch.bfloat16, [300], None, None, "late", "prio"),
+    # G 5: 3 tokens a tile (row 15 a zero row), caches shorter than a chunk
+    "chain-g5-short-f16": (2, 7, 10, 2, 128, torch.float16, [60, 7], [7, 4], None, "early", "prio"),
+    # a one-key cache and a sequence with no keys and no rows
+    "one-key-and-empty-bf16": (2, 1, 4, 1, 64, torch.bfloat16, [1, 0], [1, 0], None, "late", "rr"),
+    # a 64-node tree, G 16
+    "tree-t64-g16-d64-bf16": (1, 64, 16, 1, 64, torch.bfloat16, [200], None, [_dfs_tree(64)], "late", "prio"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_CASES))
 def test_host_emulation_within_the_f64_bound(attn_emulator, tmp_path, case):
     b, t, hq, hkv, d, dt, kl, ls, parents, copies, sched = _CASES[case]
-    qq, k, v = _inputs(b, t, hq, hkv, d, max(kl), seed=len(case), dt=dt)
+    qq, k, v = _inputs(b, t, hq, hkv, d, max(max(kl), 1), seed=len(case), dt=dt)
     kl = _idx(kl)
     ls = None if ls is None else _idx(ls)
     mask = None
