@@ -39,12 +39,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "to the host and validates them as the reference does, raising ValueError naming the argument "
          "(one small synchronising copy; skipped while a CUDA graph is captured); 0: no copy. The kernels "
          "guard themselves either way: nothing out of range is read or written."),
-    Knob("QWEN38_ATTN_CHECK_INDICES", "0",
-         "0 (default): a CUDA attn_decode call never reads its index tensors (kv_lens, lengths, mask) on the "
-         "host: no synchronisation, graphed or eager; the kernel clamps out-of-range values (lengths to "
-         "[0, T], kv_lens to [length, L]; a row always sees its own key and never a later row's) and reads "
-         "nothing outside the cache. 1: an eager call copies them to the host and validates them as the "
-         "reference does, raising ValueError naming the argument (skipped while a CUDA graph is captured)."),
+    Knob("QWEN38_ATTN_CHECK_INDICES", "1",
+         "1 (default): an eager CUDA attn_decode call copies its index tensors (kv_lens, lengths, mask) to the "
+         "host and validates them as the reference does, raising ValueError naming the argument (one small "
+         "synchronising copy; skipped while a CUDA graph is captured); 0: no copy, asynchronous eager calls. "
+         "The kernel guards itself either way: out-of-range values are clamped (lengths to [0, T], kv_lens to "
+         "[length, L]; a row always sees its own key and never a later row's), nothing outside the cache is read."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),

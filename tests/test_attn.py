@@ -4,8 +4,8 @@ bit-identical to the one-token call after its accepted path is compacted into th
 independent of the other rows, of the batch, and of where its keys sit; padding rows and invisible
 slots never read; opcheck and bad input. The CUDA kernel (csrc/attn) also: long caches (rows of many
 splits, merged by the second kernel; longer splits past 16384 keys), graph == eager with index values
-changed between replays, and its own guards (index values are read on the host only with
-QWEN38_ATTN_CHECK_INDICES=1). tests/test_attn_emulation.py runs the kernel source on the CPU."""
+changed between replays, and its own guards (QWEN38_ATTN_CHECK_INDICES=0: index values not
+read on the host). tests/test_attn_emulation.py runs the kernel source on the CPU."""
 from __future__ import annotations
 
 import pytest
@@ -209,7 +209,7 @@ def _bad_cases():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", range(len(_bad_cases())))
 def test_bad_input_names_the_argument(device, case):
-    """(On CUDA the index values are checked on request only: QWEN38_ATTN_CHECK_INDICES=1 here.)"""
+    """(QWEN38_ATTN_CHECK_INDICES=1, the default, set here in case the environment turned it off.)"""
     name, args, kwargs, msg = _bad_cases()[case]
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     with knobs.override(QWEN38_ATTN_CHECK_INDICES="1"):
@@ -286,7 +286,7 @@ def test_cuda_graph_equals_eager_and_reads_the_index_values_at_replay():
 
 @pytest.mark.gpu
 def test_cuda_unchecked_index_values_are_clamped():
-    """QWEN38_ATTN_CHECK_INDICES=0 (the default): out-of-range values raise nothing and read nothing
+    """QWEN38_ATTN_CHECK_INDICES=0: out-of-range values raise nothing and read nothing
     outside the cache (NaN there): lengths clamp to T, kv_lens to [length, L]; a row sees its own key and
     no later row's whatever the mask says."""
     qq, k, v = _inputs(2, 3, 4, 2, 64, 40, seed=4, device="cuda")

@@ -3,11 +3,11 @@
 // split kernel (and the merge kernel when a row can have several splits) on the current stream.
 // Kernels live in attn_kernel.cu(h); this file is compiled once by the host compiler.
 //
-// Index values (kv_lens, lengths, mask) live on the GPU. By default the launcher never reads them
-// (no host synchronisation: a decode step stays asynchronous, graphed or not), and the kernel guards
-// itself (attn_kernel.cuh: nothing outside the cache or a mask row's first t + 1 entries is read).
-// QWEN38_ATTN_CHECK_INDICES=1 makes an eager call copy them to the host and validate them as the
-// reference does (ValueError naming the argument); skipped while a CUDA graph is being captured.
+// Index values (kv_lens, lengths, mask) live on the GPU. An eager call copies them to the host and
+// validates them as the reference does (ValueError naming the argument), as the conv and GDN ops do
+// (QWEN38_ATTN_CHECK_INDICES, default 1); under CUDA-graph capture, or with the knob 0, the launcher never
+// reads them (no host synchronisation) and the kernel guards itself (attn_kernel.cuh: out-of-range
+// values are clamped; nothing outside the cache or a mask row's first t + 1 entries is read).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -66,7 +66,7 @@ std::vector<int64_t> host_values(const at::Tensor& t) {
 }
 
 bool check_values_now() {
-  return knob_enabled("QWEN38_ATTN_CHECK_INDICES", false) &&
+  return knob_enabled("QWEN38_ATTN_CHECK_INDICES", true) &&
          c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
 }
 

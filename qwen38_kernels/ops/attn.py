@@ -5,9 +5,10 @@ in qwen38_kernels/reference/attn.py, whose docstring holds the tensors' table an
 CUDA: the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the design: a row's visible keys
 in chunks of 64 and splits that depend on its visible count only, merged in order; mma.m16n8k16 with
 fp32 accumulation; exp2 from fused multiply-adds, so sm_90a and sm_121a give the same bits), launched
-by csrc/attn/attn.cpp. The grid comes from the shapes only and the launcher never reads the index
-tensors (kv_lens, lengths, mask) unless ``QWEN38_ATTN_CHECK_INDICES=1``: the call is asynchronous and
-CUDA-graph safe; out-of-range values are clamped by the kernel, never read past the cache. The rows of
+by csrc/attn/attn.cpp. The grid comes from the shapes only: CUDA-graph safe. An eager call validates
+the index tensors (kv_lens, lengths, mask) on the host, one small synchronising copy, as the conv and GDN
+ops do (``QWEN38_ATTN_CHECK_INDICES=0``: no copy, asynchronous); under capture, or with the knob 0,
+out-of-range values are clamped by the kernel, never read past the cache. The rows of
 q, k_cache and v_cache must start 16-byte aligned (strides multiples of 8 elements) on CUDA. CPU and
 CUDA agree to the bound of ``reference.attn_decode_f64_bound``, not bit for bit; on one GPU a verify
 row equals its one-token call after compaction bit for bit.
