@@ -5,7 +5,7 @@
 The model's geometry: 24 q heads, 4 kv heads, head dim 256, bf16, one sequence; a committed prefix of
 1K..32K keys and T = 1 / 4 / 16 / 32 query rows (a decode token, chain verifies) whose own keys follow
 it in the cache (HF's layout [B, Hkv, L, D]). Providers, same inputs:
-  qwen38  torch.ops.qwen38.attn_decode (csrc/attn: a chain, mask None)
+  qwen38  the CUDA kernels of attn_decode (csrc/attn, torch.ops.qwen38._attn_decode_kernel: a chain, mask None)
   sdpa    torch.nn.functional.scaled_dot_product_attention(enable_gqa=True) on q as [B, Hq, T, D] and
           the cache sliced to the sequence, with the chain's [T, L] boolean mask for T > 1
 bytes = the K and V of the sequence read once + q read + o written (what a call must move; the token
@@ -59,7 +59,7 @@ def run(quick: bool = False, ceiling: float | None = None) -> tuple[list[bench.R
 
         mask = _chain_mask(prefix, t) if t > 1 else None
         providers = {
-            "qwen38": lambda q, k, v, kl: ops.attn_decode(q, k, v, kl),
+            "qwen38": lambda q, k, v, kl: ops._attn_decode_kernel(q, k, v, kl),  # the kernels (QWEN38_ATTN_KERNEL=1)
             "sdpa": lambda q, k, v, kl: sdpa(q.transpose(1, 2), k, v, attn_mask=mask, enable_gqa=True),
         }
         shape = f"prefix={prefix} T={t}"

@@ -116,6 +116,10 @@ TORCH_LIBRARY(qwen38, m) {
   // then the rows it sees, in order), one rounding; a row's bits depend on its visible keys only.
   m.def("attn_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor kv_lens, Tensor? mask=None, "
         "Tensor? lengths=None, *, float? scale=None) -> Tensor");
+  // The CUDA kernels of attn_decode (csrc/attn), which attn_decode's CUDA path takes with
+  // QWEN38_ATTN_KERNEL=1 (qwen38_kernels/ops/attn.py): opt-in until their first run on a GPU.
+  m.def("_attn_decode_kernel(Tensor q, Tensor k_cache, Tensor v_cache, Tensor kv_lens, Tensor? mask=None, "
+        "Tensor? lengths=None, *, float? scale=None) -> Tensor");
 }
 
 namespace {

@@ -22,6 +22,14 @@ OPS = torch.ops.qwen38
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+@pytest.fixture(autouse=True)
+def _the_cuda_kernels():
+    """Every CUDA case here runs the kernels (QWEN38_ATTN_KERNEL=1; the CPU ignores the knob);
+    test_cuda_default_is_the_reference checks the default path."""
+    with knobs.override(QWEN38_ATTN_KERNEL="1"):
+        yield
+
+
 def path_of(parents: list[int], i: int) -> list[int]:
     out = []
     while i >= 0:
@@ -161,6 +169,8 @@ def test_opcheck(device):
     mask = torch.stack([ref.tree_mask([-1, 0, -1]), ref.tree_mask([-1, 0, 1])]).to(device)
     qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, None, None))
     qt.run_opcheck(OPS.attn_decode.default, (qq, k, v, kl, mask, _idx([3, 2], device)), {"scale": 0.25})
+    if device == "cuda":
+        qt.run_opcheck(OPS._attn_decode_kernel.default, (qq, k, v, kl, mask, _idx([3, 2], device)))
 
 
 def test_fake_shapes_under_compile():
@@ -219,6 +229,18 @@ def test_bad_input_names_the_argument(device, case):
 
 
 # ---- the CUDA kernel ------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_default_is_the_reference():
+    """QWEN38_ATTN_KERNEL=0 (the default until the kernels have run on a GPU): CUDA tensors take the
+    reference, bit for bit; with 1 the kernels, within the bound but with other bits."""
+    qq, k, v = _inputs(2, 5, 12, 2, 128, 300, seed=41, device="cuda")
+    kl, mask = _idx([300, 280], "cuda"), torch.stack([ref.tree_mask([-1, 0, 0, 2, 3])] * 2).cuda()
+    with knobs.override(QWEN38_ATTN_KERNEL="0"):
+        o = q.attn_decode(qq, k, v, kl, mask)
+    qt.assert_bitwise_equal(o, ref.attn_decode(qq, k, v, kl, mask), "default path")
+    _check_f64(q.attn_decode(qq, k, v, kl, mask), qq, k, v, kl, mask, None)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])

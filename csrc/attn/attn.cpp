@@ -191,4 +191,4 @@ at::Tensor attn_decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, cons
 }  // namespace
 }  // namespace qwen38::attn
 
-TORCH_LIBRARY_IMPL(qwen38, CUDA, m) { m.impl("attn_decode", &qwen38::attn::attn_decode_cuda); }
+TORCH_LIBRARY_IMPL(qwen38, CUDA, m) { m.impl("_attn_decode_kernel", &qwen38::attn::attn_decode_cuda); }

@@ -2,21 +2,25 @@
 torch.ops.qwen38 (no math, no copies), its fake kernel and its CPU kernel (the pure-PyTorch reference
 in qwen38_kernels/reference/attn.py, whose docstring holds the tensors' table and the contract).
 
-CUDA: the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the design: a row's visible keys
-in chunks of 64 and splits that depend on its visible count only, merged in order; mma.m16n8k16 with
-fp32 accumulation; exp2 from fused multiply-adds, so sm_90a and sm_121a give the same bits), launched
+CUDA: with ``QWEN38_ATTN_KERNEL=1``, the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the
+design: a row's visible keys in chunks of 64 and splits that depend on its visible count only, merged
+in order; mma.m16n8k16 with fp32 accumulation; exp2 from fused multiply-adds, so sm_90a and sm_121a give the same bits), launched
 by csrc/attn/attn.cpp. The grid comes from the shapes only: CUDA-graph safe. An eager call validates
 the index tensors (kv_lens, lengths, mask) on the host, one small synchronising copy, as the conv and GDN
 ops do (``QWEN38_ATTN_CHECK_INDICES=0``: no copy, asynchronous); under capture, or with the knob 0,
 out-of-range values are clamped by the kernel, never read past the cache. The rows of
 q, k_cache and v_cache must start 16-byte aligned (strides multiples of 8 elements) on CUDA. CPU and
 CUDA agree to the bound of ``reference.attn_decode_f64_bound``, not bit for bit; on one GPU a verify
-row equals its one-token call after compaction bit for bit.
+row equals its one-token call after compaction bit for bit. The kernels have passed their host emulation
+(tests/test_attn_emulation.py) but not yet run on a GPU, so they are opt-in: by default (the knob 0) CUDA
+tensors take the reference, one row at a time, the index values read on the host (slow, not CUDA-graph
+safe, but run on a GPU: session 39's tests).
 """
 from __future__ import annotations
 
 import torch
 
+from .. import knobs
 from ..reference import attn as ref
 
 __all__ = ["attn_decode"]
@@ -40,12 +44,29 @@ def attn_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
     return _ops.attn_decode(q, k_cache, v_cache, kv_lens, mask, lengths, scale=scale)
 
 
-# ---- CPU kernel: the reference (CUDA's is registered in C++, csrc/attn/attn.cpp) ------------------
+# ---- CPU kernel: the reference --------------------------------------------------------------------
 torch.library.register_kernel("qwen38::attn_decode", "cpu", ref.attn_decode)
 
 
-# ---- fake kernel: shapes and dtypes (index values need the data) ----------------------------------
+# ---- CUDA: the kernels (torch.ops.qwen38._attn_decode_kernel, csrc/attn/attn.cpp) with
+# QWEN38_ATTN_KERNEL=1, else the reference (module docstring) -----------------------------------------
+def _attn_decode_cuda(q, k_cache, v_cache, kv_lens, mask=None, lengths=None, *, scale=None):
+    if knobs.enabled("QWEN38_ATTN_KERNEL"):
+        return _ops._attn_decode_kernel(q, k_cache, v_cache, kv_lens, mask, lengths, scale=scale)
+    return ref.attn_decode(q, k_cache, v_cache, kv_lens, mask, lengths, scale=scale)
+
+
+torch.library.register_kernel("qwen38::attn_decode", "cuda", _attn_decode_cuda)
+
+
+# ---- fake kernels: shapes and dtypes (index values need the data) ---------------------------------
 @torch.library.register_fake("qwen38::attn_decode")
 def _attn_decode_fake(q, k_cache, v_cache, kv_lens, mask=None, lengths=None, *, scale=None):
+    ref.check_attn_decode(q, k_cache, v_cache, kv_lens, mask, lengths, scale, values=False)
+    return q.new_empty(q.shape)
+
+
+@torch.library.register_fake("qwen38::_attn_decode_kernel")
+def _attn_decode_kernel_fake(q, k_cache, v_cache, kv_lens, mask=None, lengths=None, *, scale=None):
     ref.check_attn_decode(q, k_cache, v_cache, kv_lens, mask, lengths, scale, values=False)
     return q.new_empty(q.shape)
