@@ -248,18 +248,19 @@ def test_tiles_stages_give_the_same_bits(m, v, head_kernel):
 @pytest.mark.parametrize("m", [1, 9, 17, 32])
 @pytest.mark.parametrize("v", [1000, 4099])
 def test_narrow_tiles_give_the_same_bits(m, v, head_kernel):
-    """QWEN38_HEAD_COLS (column tiles of 128, 64 or 32; the narrow ones at 4, 8 or auto stages) changes no
-    bit of the logits nor of the greedy winner (V = 1000 and 4099: partial last tiles of every width);
-    bad values are named."""
+    """QWEN38_HEAD_COLS (column tiles of 128, 64 or 32; the narrow ones at 4, 8 or auto stages, with and
+    without QWEN38_HEAD_BALANCE's whole waves of near-equal tiles) changes no bit of the logits nor of the
+    greedy winner (V = 1000 and 4099: partial last tiles of every width; 4099 balanced on the H200, 1000 too
+    small for a wave of slots); bad values are named."""
     if head_kernel != "tiles":
         pytest.skip("a knob of the tiles kernel")
     x, w = _case(m, v, seed=15)
     y = OPS.head_logits(x, w)
     idx, val = OPS.head_argmax(x, w)
-    configs = [("128", "auto")] + [(c, s) for c in ("64", "32") for s in ("4", "8", "auto")]
-    for cols, stages in configs:
-        with q.knobs.override(QWEN38_HEAD_COLS=cols, QWEN38_HEAD_NARROW_STAGES=stages):
-            what = f"{cols} columns, {stages} stages"
+    configs = [("128", "auto", "0")] + [(c, s, b) for c in ("64", "32") for s in ("4", "8", "auto") for b in "01"]
+    for cols, stages, bal in configs:
+        with q.knobs.override(QWEN38_HEAD_COLS=cols, QWEN38_HEAD_NARROW_STAGES=stages, QWEN38_HEAD_BALANCE=bal):
+            what = f"{cols} columns, {stages} stages, balance {bal}"
             qt.assert_bitwise_equal(OPS.head_logits(x, w), y, what)
             i2, v2 = OPS.head_argmax(x, w)
             qt.assert_bitwise_equal(i2, idx, what + " argmax index")

@@ -23,13 +23,15 @@ def head_emulator(host_emulator):
     return host_emulator("head_host_emulation")
 
 
-def _emulate_head(exe, tmp_path, x, w, *, cols, stages, argmax, copies="late", sched="rr"):
+def _emulate_head(exe, tmp_path, x, w, *, cols, stages, argmax, copies="late", sched="rr", tiles=0):
     import subprocess
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "x.bin").write_bytes(x.contiguous().view(torch.int16).numpy().tobytes())
     (tmp_path / "w.bin").write_bytes(w.contiguous().view(torch.int16).numpy().tobytes())
     prm = {"m": x.shape[0], "v": w.shape[0], "k": x.shape[1], "f16": int(x.dtype == torch.float16), "cols": cols,
            "stages": stages, "argmax": int(argmax), "copies": copies, "sched": sched, "x": "x.bin", "w": "w.bin"}
+    if tiles:
+        prm["tiles"] = tiles  # the narrow kernel's balanced tiles (QWEN38_HEAD_BALANCE): this many CTAs
     (tmp_path / "params.txt").write_text("".join(f"{kk} {vv}\n" for kk, vv in prm.items()))
     subprocess.run([str(exe), str(tmp_path)], check=True, capture_output=True, timeout=900)
     if argmax:
@@ -71,6 +73,26 @@ def test_host_emulation_tiles_logits_and_argmax(head_emulator, tmp_path, copies,
         assert idx.tolist() == want.tolist(), (cols, stages, idx.tolist(), want.tolist())
         assert idx[3] == 0 and bool(torch.isnan(val[3]))
         qt.assert_bitwise_equal(val[ok], y[ok].gather(-1, idx[ok, None])[:, 0], f"argmax logit {cols} x {stages}")
+
+
+@pytest.mark.parametrize("cols,stages,tiles", [(64, 4, 4), (64, 8, 5), (64, 4, 7), (64, 4, 25), (32, 4, 7),
+                                               (32, 8, 12)])
+def test_host_emulation_balanced_tiles_are_the_same_logits(head_emulator, tmp_path, cols, stages, tiles):
+    """QWEN38_HEAD_BALANCE: T tiles of near-equal width (the 25 column groups of 8 of V = 200 cut at
+    i 25 / T; 8 columns of the last group past V) give the uniform tiles' logits and argmax, bit for bit:
+    every column written once, none lost at the cuts."""
+    x = qt.randn_nonzero(9, 192, dtype=torch.bfloat16, seed=71)
+    w = qt.randn_nonzero(197, 192, dtype=torch.bfloat16, seed=72, scale=0.05)
+    w[190] = w[3]  # a tie across tiles: the lower index wins
+    want = _emulate_head(head_emulator, tmp_path / "u", x, w, cols=cols, stages=stages, argmax=False)
+    _within_bound(want, x, w, "uniform tiles")
+    y = _emulate_head(head_emulator, tmp_path / "b", x, w, cols=cols, stages=stages, argmax=False, tiles=tiles,
+                      sched="prio")
+    qt.assert_bitwise_equal(y, want, f"{tiles} balanced tiles of <= {cols} columns")
+    idx, val = _emulate_head(head_emulator, tmp_path / "a", x, w, cols=cols, stages=stages, argmax=True,
+                             tiles=tiles)
+    assert idx.tolist() == want.argmax(-1).tolist()
+    qt.assert_bitwise_equal(val, want.gather(-1, idx[:, None])[:, 0], "argmax logit")
 
 
 def test_host_emulation_rows_are_their_one_row_calls(head_emulator, tmp_path):

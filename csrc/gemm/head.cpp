@@ -40,6 +40,10 @@ int head_cols(const char* op) { return knob_choice(op, "QWEN38_HEAD_COLS", "64",
 // picks), "4" or "8".
 int head_narrow_stages(const char* op) { return knob_choice(op, "QWEN38_HEAD_NARROW_STAGES", "auto", 0, {4, 8}); }
 
+// QWEN38_HEAD_BALANCE (column tiles of 64 / 32): 1 = whole waves of near-equal tiles (head_plan); 0, the
+// default: ceil(V / cols) tiles.
+bool head_balance() { return knob_enabled("QWEN38_HEAD_BALANCE", false); }
+
 // x [..., K] bf16/fp16 and w [V, K] in x's dtype on one CUDA device. Returns (V, K, M, x row stride).
 std::tuple<int64_t, int64_t, int64_t, int64_t> check_head(const char* op, const at::Tensor& x, const at::Tensor& w) {
   check_cuda(op, "x", x);
@@ -102,7 +106,7 @@ at::Tensor head_logits_cuda(const at::Tensor& x, const at::Tensor& w) {
     HeadParams p = chunk_params(x, w, r0, m, v, k, x_stride);
     p.y = y.data_ptr<float>() + r0 * v;
     HeadPlan plan;
-    check_launch(kOp, head_plan(act, p.m, v, k, false, tiles, stages, cols, nstages, &plan), x);
+    check_launch(kOp, head_plan(act, p.m, v, k, false, tiles, stages, cols, nstages, &plan, head_balance()), x);
     check_launch(kOp, launch_head(act, false, plan, p, pdl, stream), x);
   }
   return y;
@@ -127,8 +131,10 @@ std::tuple<at::Tensor, at::Tensor> head_argmax_cuda(const at::Tensor& x, const a
   const bool tiles = head_tiles(kOp);
   const int stages = head_stages(kOp), cols = head_cols(kOp), nstages = head_narrow_stages(kOp);
   HeadPlan plan_lo, plan_hi;
-  check_launch(kOp, head_plan(act, std::min(m, int64_t(16)), v, k, true, tiles, stages, cols, nstages, &plan_lo), x);
-  check_launch(kOp, head_plan(act, std::min(m, kHeadMaxRows), v, k, true, tiles, stages, cols, nstages, &plan_hi), x);
+  const bool bal = head_balance();
+  const int64_t m_lo = std::min(m, int64_t(16)), m_hi = std::min(m, kHeadMaxRows);
+  check_launch(kOp, head_plan(act, m_lo, v, k, true, tiles, stages, cols, nstages, &plan_lo, bal), x);
+  check_launch(kOp, head_plan(act, m_hi, v, k, true, tiles, stages, cols, nstages, &plan_hi, bal), x);
   const int64_t ws_blocks = std::max(plan_lo.blocks, plan_hi.blocks);
   // per-block winners: fp32 logits then int32 columns (caching allocator: graph-safe, no sync)
   at::Tensor ws = at::empty({2 * ws_blocks * kHeadMaxRows}, x.options().dtype(at::kInt));

@@ -108,7 +108,7 @@ double head_tiles_fill(int64_t tiles, int64_t slots) {
 }  // namespace
 
 cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, int cols,
-                      int nstages, HeadPlan* plan) {
+                      int nstages, HeadPlan* plan, bool balance) {
   plan->ksplit = head_k_split(k);
   plan->blocks = 0;
   plan->tiles = tiles;
@@ -130,7 +130,25 @@ cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, boo
         if (cudaError_t err = tiles_occupancy(act, narrow, 8, &per8)) return err;
         nstages = per8 >= 2 ? 8 : 4;
       }
-      const int64_t n_tiles = (v + narrow - 1) / narrow;
+      int64_t n_tiles = (v + narrow - 1) / narrow;
+      plan->balanced = false;
+      if (balance) {
+        // Whole waves: the fewest multiple of the resident slots that keeps every tile within `narrow`
+        // columns; tile i then takes the column groups of 8 [i G / T, (i + 1) G / T) (head_narrow_kernel).
+        // Why: the draft vocabulary's 512 tiles of 64 columns fill 1.94 waves of the H200's 264 slots and
+        // a partial wave costs about a full one (head_tiles_fill's note); 528 tiles of 56-64 columns fill 2.
+        int dev = 0, sms = 0, per = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (err == cudaSuccess) err = tiles_occupancy(act, narrow, nstages, &per);
+        if (err != cudaSuccess) return err;
+        const int64_t slots = int64_t(sms) * std::max(per, 1), groups = (v + 7) / 8;
+        const int64_t t = (n_tiles + slots - 1) / slots * slots;
+        if (t <= groups) {
+          n_tiles = t;
+          plan->balanced = true;
+        }
+      }
       if (n_tiles > 65535) return cudaErrorInvalidValue;
       plan->blocks = int(n_tiles);
       plan->cols = narrow;
@@ -231,6 +249,7 @@ cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadPa
   if (params.m > kHeadMaxRows) return cudaErrorInvalidValue;
   HeadParams p = params;
   p.depth = plan.depth;
+  p.balanced = plan.tiles && plan.cols < prefill::kBN && plan.balanced ? 1 : 0;
   cudaError_t err;
   if (plan.tiles && plan.cols < prefill::kBN) {
     const HeadFn fn = head_narrow_fn(act, argmax, plan.cols, plan.stages);

@@ -23,6 +23,7 @@ struct HeadParams {
   int64_t* best_idx = nullptr;   //              [M] winning column
   int64_t m = 0, v = 0, k = 0, x_stride = 0;
   int depth = 2;                 // weight ring depth in steps (2..4; head_plan): changes no bit
+  int balanced = 0;              // narrow tiles: 1 = gridDim.y tiles of near-equal width (head_narrow_kernel)
 };
 
 // The launch shape of one call: warps per block that split K (a function of K only) and the
@@ -36,6 +37,8 @@ struct HeadPlan {
   bool tiles = false;  // the "tiles" kernel (head_tiles.cuh): grid (1, column tiles), `blocks` of them
   int stages = 3;      // its cp.async stages: 3 (three CTAs an SM) or 4 (two); changes no bit
   int cols = 128;      // its column tile: 128, or 64 / 32 (head_narrow_kernel, QWEN38_HEAD_COLS); no bit
+  bool balanced = false;  // narrow tiles: `blocks` (a multiple of the resident slots) near-equal tiles of at
+                          // most `cols` columns (QWEN38_HEAD_BALANCE); no bit
   bool ring = true;  // the weights through the ring (1..16 rows always; 17..32 rows: head_argmax
                      // where two blocks with a ring fit an SM, QWEN38_HEAD_RING32; else the one-step
                      // register prefetch)
@@ -46,8 +49,10 @@ struct HeadPlan {
 // stages (tiles; QWEN38_HEAD_STAGES): 3 or 4, 0 = the count that fills the last wave best (head_plan).
 // cols (tiles; QWEN38_HEAD_COLS): the column tile, 128, or 64 / 32 (head_narrow_kernel) at nstages
 // (QWEN38_HEAD_NARROW_STAGES: 4 or 8; 0 = 8 where two such CTAs fit an SM, else 4) stages.
+// balance (narrow tiles; QWEN38_HEAD_BALANCE): as many tiles as fill whole waves of the resident slots,
+// each of near-equal width (at most `cols`), instead of ceil(V / cols) tiles of `cols`.
 cudaError_t head_plan(Act act, int64_t m, int64_t v, int64_t k, bool argmax, bool tiles, int stages, int cols,
-                      int nstages, HeadPlan* plan);
+                      int nstages, HeadPlan* plan, bool balance = false);
 
 // head_logits: writes y. head_argmax: writes ws_* then best_*. p.m <= kHeadMaxRows.
 cudaError_t launch_head(Act act, bool argmax, const HeadPlan& plan, const HeadParams& p, bool pdl,

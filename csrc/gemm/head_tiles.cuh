@@ -53,11 +53,12 @@ template <typename T, int S> constexpr int head_tiles_smem() { return prefill::s
 static_assert(head_tiles_smem<__half, 4>() <= 99 * 1024, "the stages fit sm_121a's 99 KB");
 
 // The greedy epilogue of a 32-row tile (head_argmax): each row's best (logit, column) of the tile's
-// columns into p.ws_val / p.ws_idx[blockIdx.y]; kColWarps column warps of 32 columns, red_* their
+// columns (those below n1) into p.ws_val / p.ws_idx[blockIdx.y]; kColWarps column warps of 32 columns, red_* their
 // per-warp winners. Ties go to the lower column (head_better).
 template <int kColWarps>
 __device__ __forceinline__ void head_tile_argmax(const float (&acc)[1][4][4], const HeadParams& p, int64_t n0,
-                                                 const prefill::Lane& L, float (&red_val)[kColWarps][kHeadMaxRows],
+                                                 int64_t n1, const prefill::Lane& L,
+                                                 float (&red_val)[kColWarps][kHeadMaxRows],
                                                  int32_t (&red_idx)[kColWarps][kHeadMaxRows]) {
   float bv[2] = {0.0f, 0.0f};
   int32_t bi[2] = {-1, -1};  // rows wm * 16 + g (+ 8)
@@ -67,7 +68,7 @@ __device__ __forceinline__ void head_tile_argmax(const float (&acc)[1][4][4], co
     for (int i = 0; i < 4; ++i) {
       const int64_t c = n0 + L.wn * 32 + nt * 8 + 2 * L.t + (i & 1);
       const int h = i >> 1;
-      if (c < p.v && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
+      if (c < n1 && head_better(acc[0][nt][i], int32_t(c), bv[h], bi[h])) {
         bv[h] = acc[0][nt][i];
         bi[h] = int32_t(c);
       }
@@ -103,6 +104,27 @@ __device__ __forceinline__ void head_tile_argmax(const float (&acc)[1][4][4], co
   }
 }
 
+// The fp32 logits of a 32-row tile's columns [n0, n1) (n1 <= V; rows below M), prefill::store's lane
+// map at one m16 tile: row wm 16 + g (+ 8), columns n0 + wn 32 + nt 8 + 2 t (+ 1).
+__device__ __forceinline__ void head_tile_store(const float (&acc)[1][4][4], const HeadParams& p, int64_t n0,
+                                                int64_t n1, const prefill::Lane& L) {
+  const bool pairs = (p.v & 1) == 0 && reinterpret_cast<uintptr_t>(p.y) % 8 == 0;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = L.wm * 16 + L.g + h * 8, col = n0 + L.wn * 32 + nt * 8 + 2 * L.t;
+      if (row >= p.m || col >= n1) continue;
+      float* at = p.y + row * p.v + col;
+      if (pairs && col + 1 < n1) {
+        *reinterpret_cast<float2*>(at) = make_float2(acc[0][nt][2 * h], acc[0][nt][2 * h + 1]);
+      } else {
+        at[0] = acc[0][nt][2 * h];
+        if (col + 1 < n1) at[1] = acc[0][nt][2 * h + 1];
+      }
+    }
+}
+
 // S stages (3 or 4: head_plan): 3 x 60 KB or 2 x 80 KB an SM on the H200 (launch bounds to match);
 // one CTA an SM on sm_121a either way.
 template <typename T, bool ARGMAX, int S>
@@ -122,7 +144,7 @@ __global__ void __launch_bounds__(prefill::kThreads, S == 3 ? 3 : 2) head_tiles_
   if constexpr (!ARGMAX) {
     prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
   } else {
-    head_tile_argmax<4>(acc, p, n0, prefill::Lane(), red_val, red_idx);
+    head_tile_argmax<4>(acc, p, n0, p.v, prefill::Lane(), red_val, red_idx);
   }
 }
 
@@ -154,13 +176,22 @@ __global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blo
   QWEN38_DYNAMIC_SMEM(unsigned char, smem, 128);
   __shared__ float red_val[kColWarps][kHeadMaxRows];
   __shared__ int32_t red_idx[kColWarps][kHeadMaxRows];
-  const int64_t n0 = int64_t(blockIdx.y) * BN;
+  // The tile's columns [n0, n1): BN from blockIdx.y BN, or (p.balanced) the column groups of 8
+  // [i G / T, (i + 1) G / T) of the G = ceil(V / 8) groups, T = gridDim.y tiles (head_plan keeps
+  // ceil(G / T) <= BN / 8). A logit's sum does not depend on its tile: same bits either way.
+  int64_t n0 = int64_t(blockIdx.y) * BN, n1 = p.v;
+  if (p.balanced) {
+    const int64_t groups = (p.v + 7) / 8, tiles = gridDim.y;
+    n0 = 8 * (int64_t(blockIdx.y) * groups / tiles);
+    n1 = 8 * ((int64_t(blockIdx.y) + 1) * groups / tiles);
+    n1 = n1 < p.v ? n1 : p.v;
+  }
 
   pdl_wait();  // x comes from the previous kernel
 
   const prefill::Lane L;
   const prefill::RowLoader<32, kThr, T> xl(static_cast<const T*>(p.x), p.x_stride, p.m, p.k, 0, L.tid);
-  const prefill::RowLoader<BN, kThr, T> wl(static_cast<const T*>(p.w), p.k, p.v, p.k, n0, L.tid);
+  const prefill::RowLoader<BN, kThr, T> wl(static_cast<const T*>(p.w), p.k, n1, p.k, n0, L.tid);
   const int nkt = int((p.k + prefill::kBK - 1) / prefill::kBK);
   auto load = [&](int kt) {
     unsigned char* st = smem + (kt % S) * kStage;
@@ -195,9 +226,9 @@ __global__ void __launch_bounds__(head_narrow_threads<BN>(), head_narrow_min_blo
   cp_async_wait<0>();
   pdl_allow();  // after the main loop (pdl.cuh)
   if constexpr (!ARGMAX) {
-    prefill::store<int(Out::kF32)>(acc, p.y, nullptr, 0, p.m, p.v, 0, n0, [](float v) { return v; });
+    head_tile_store(acc, p, n0, n1, L);
   } else {
-    head_tile_argmax<kColWarps>(acc, p, n0, L, red_val, red_idx);
+    head_tile_argmax<kColWarps>(acc, p, n0, n1, L, red_val, red_idx);
   }
 }
 

@@ -7,7 +7,8 @@
 // and the row count change no bit under the model.
 //
 //   head_host_emulation DIR
-// DIR holds params.txt (m, v, k, f16, cols 128 / 64 / 32, stages, argmax, copies, sched) and x.bin
+// DIR holds params.txt (m, v, k, f16, cols 128 / 64 / 32, stages, argmax, copies, sched, and optionally
+// tiles: T > 0 runs the narrow kernel's balanced tiles, T CTAs of near-equal width) and x.bin
 // [m, k], w.bin [v, k] (16-bit); writes y.bin (fp32 [m, v]) or best_val.bin (fp32 [m]) and
 // best_idx.bin (int64 [m]).
 #include <cuda_runtime.h>
@@ -81,7 +82,10 @@ int main(int argc, char** argv) {
   p.w = rd.ptr("w");
   const bool f16 = rd.get("f16") == "1", argmax = rd.get("argmax") == "1";
   const int cols = std::stoi(rd.get("cols")), stages = std::stoi(rd.get("stages"));
-  const int blocks = int((p.v + cols - 1) / cols);
+  const std::string tiles = rd.get("tiles");
+  const int balanced = tiles == "none" ? 0 : std::stoi(tiles);
+  p.balanced = balanced > 0 ? 1 : 0;
+  const int blocks = balanced > 0 ? balanced : int((p.v + cols - 1) / cols);
   std::vector<float> y(size_t(p.m * p.v), std::nanf("")), ws_val(size_t(blocks) * kHeadMaxRows, std::nanf(""));
   std::vector<int32_t> ws_idx(size_t(blocks) * kHeadMaxRows, -7);
   std::vector<float> best_val(size_t(p.m), std::nanf(""));
