@@ -5,7 +5,7 @@
 //   ldmatrix_x4_trans  matrix i [2t][g], [2t + 1][g]   (the lower row in the low half)
 // `addr` is a shared-memory address (cp_async.cuh smem_addr). (QWEN38_HOST_EMULATION: the host
 // emulations supply emu::ldmatrix_x4 / _trans, warp-collective models; addr is an offset into
-// emu::g_smem there.) gemm/prefill_mma.cuh keeps its own copy of the plain form.
+// emu::g_smem there.)
 #pragma once
 
 #include <cstdint>

@@ -46,6 +46,7 @@
 
 #include "common/cp_async.cuh"
 #include "common/launch.cuh"
+#include "common/ldmatrix.cuh"
 #include "common/mma.cuh"
 #include "gemm/nvfp4_linear_launch.h"  // Out
 
@@ -80,15 +81,7 @@ struct Lane {
 
 __device__ __forceinline__ int x_off(int r, int c) { return r * (kBK * 2) + ((c ^ (r & 7)) << 4); }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-#ifdef QWEN38_HOST_EMULATION  // (tests/native/emu_mma.h; addr: an offset into emu::g_smem there)
-  ::emu::ldmatrix_x4(r, ::emu::g_smem + addr);
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#endif
-}
+using ::qwen38::ldmatrix_x4;  // common/ldmatrix.cuh
 
 // The copies of a K tile (kBK) of ROWS rows of a 16-bit row-major operand by THREADS threads (x; the
 // head's weight): ROWS x 8 chunks of 16 bytes, ROWS * 8 / THREADS a thread, all in chunk column
