@@ -9,7 +9,6 @@
 // reads them (no host synchronisation) and the kernel guards itself (attn_kernel.cuh: out-of-range
 // values are clamped; nothing outside the cache or a mask row's first t + 1 entries is read).
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -59,22 +58,11 @@ void check_rows16(const char* name, const at::Tensor& t) {
          num(int64_t(reinterpret_cast<uintptr_t>(t.data_ptr()) & 15u)) + " bytes past a 16-byte boundary");
 }
 
-std::vector<int64_t> host_values(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  const int64_t* d = c.data_ptr<int64_t>();
-  return std::vector<int64_t>(d, d + c.numel());
-}
-
-bool check_values_now() {
-  return knob_enabled("QWEN38_ATTN_CHECK_INDICES", true) &&
-         c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-}
-
 // check_attn_decode's value rules (lengths, kv_lens, the mask's own-key and no-later-row rules).
 void check_index_values(const at::Tensor& kv_lens, const std::optional<at::Tensor>& mask,
                         const std::optional<at::Tensor>& lengths, int64_t b, int64_t t, int64_t slots) {
-  const std::vector<int64_t> ls = lengths.has_value() ? host_values(*lengths) : std::vector<int64_t>(b, t);
-  const std::vector<int64_t> kl = host_values(kv_lens);
+  const std::vector<int64_t> ls = lengths.has_value() ? host_index_values(*lengths) : std::vector<int64_t>(b, t);
+  const std::vector<int64_t> kl = host_index_values(kv_lens);
   for (int64_t i = 0; i < b; ++i) {
     if (ls[i] < 0 || ls[i] > t)
       fail("lengths[" + num(i) + "] = " + num(ls[i]) + " is out of range [0, " + num(t) + "]");
@@ -149,7 +137,7 @@ at::Tensor attn_decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, cons
   if (hkv * grid_splits(slots) > 65535)
     fail("the CUDA kernel takes at most " + num(65535 / kMaxSplits) + " kv heads, got k_cache shape " +
          shape_str(k_cache.sizes()));
-  if (check_values_now()) check_index_values(kv_lens, mask, lengths, b, t, slots);
+  if (index_checks_now("QWEN38_ATTN_CHECK_INDICES")) check_index_values(kv_lens, mask, lengths, b, t, slots);
 
   at::Tensor o = new_output(q.sizes(), q.options());
   if (o.numel() == 0) return o;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace qwen38 {
 
@@ -136,8 +138,21 @@ inline int knob_choice(const char* op, const char* name, const char* dflt_word, 
   return dflt;
 }
 
-// A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an
-// element the kernel forgets to write shows up instead of hiding behind whatever the memory held.
+// An index tensor's values on the host as int64 (a synchronising copy: eager calls only; the conv, GDN
+// and attention launchers validate their index values with it).
+inline std::vector<int64_t> host_index_values(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* d = c.data_ptr<int64_t>();
+  return std::vector<int64_t>(d, d + c.numel());
+}
+
+// Whether an eager call validates its index values now: `knob` (default on) and no CUDA-graph capture on
+// the current stream (a capture cannot read device values on the host).
+inline bool index_checks_now(const char* knob) {
+  return knob_enabled(knob, true) &&
+         c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+}
+
 // An int32/int64 index tensor as the kernels take it: its data pointer and whether it is int64. An
 // absent optional leaves both as they are (the null pointer means "not given").
 inline void set_index(const void*& ptr, bool& is64, const at::Tensor& t) {
@@ -148,6 +163,8 @@ inline void set_index(const void*& ptr, bool& is64, const std::optional<at::Tens
   if (t.has_value()) set_index(ptr, is64, *t);
 }
 
+// A new output tensor. With QWEN38_POISON_OUTPUTS=1 (the tests) it starts filled with NaN, so an
+// element the kernel forgets to write shows up instead of hiding behind whatever the memory held.
 inline at::Tensor new_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (knob_enabled("QWEN38_POISON_OUTPUTS", false)) {
     // floating outputs start as NaN; integer outputs (indices) as the most negative value

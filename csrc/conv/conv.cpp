@@ -43,12 +43,6 @@ void check_index(const char* op, const char* name, const at::Tensor& t, std::vec
   check_same_device(op, name, t, "x", x);
 }
 
-std::vector<int64_t> host_values(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  const int64_t* p = c.data_ptr<int64_t>();
-  return std::vector<int64_t>(p, p + c.numel());
-}
-
 bool check_values(const at::Tensor& x) {
   if (!knob_enabled("QWEN38_CONV_CHECK_INDICES", true)) return false;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -96,7 +90,7 @@ std::pair<int64_t, int64_t> check_conv(const char* op, const at::Tensor& x, cons
 }
 
 void check_slot_values(const char* op, const at::Tensor& slots, int64_t rows, bool distinct) {
-  const std::vector<int64_t> s = host_values(slots);
+  const std::vector<int64_t> s = host_index_values(slots);
   std::set<int64_t> seen;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] < -1 || s[i] >= rows)
@@ -112,7 +106,7 @@ void check_slot_values(const char* op, const at::Tensor& slots, int64_t rows, bo
 std::vector<int64_t> check_length_values(const char* op, const std::optional<at::Tensor>& lengths, int64_t b,
                                          int64_t t) {
   if (!lengths.has_value()) return std::vector<int64_t>(b, t);
-  const std::vector<int64_t> ls = host_values(*lengths);
+  const std::vector<int64_t> ls = host_index_values(*lengths);
   for (size_t i = 0; i < ls.size(); ++i)
     if (ls[i] < 0 || ls[i] > t)
       fail(op, "lengths[" + num(int64_t(i)) + "] = " + num(ls[i]) + " is out of range [0, " + num(t) + "]");
@@ -123,7 +117,7 @@ std::vector<int64_t> check_length_values(const char* op, const std::optional<at:
 // depth (the reference's _tree_depths, same messages). Depth <= 64 holds since T <= 64.
 std::vector<int64_t> check_parent_values(const char* op, const at::Tensor& parents, const std::vector<int64_t>& ls,
                                          int64_t b, int64_t t) {
-  const std::vector<int64_t> par = host_values(parents.contiguous());
+  const std::vector<int64_t> par = host_index_values(parents.contiguous());
   for (int64_t s = 0; s < b; ++s) {
     std::vector<int64_t> depth(t, 0), path{-1};
     for (int64_t i = 0; i < ls[s]; ++i) {
@@ -237,7 +231,7 @@ void conv_commit_cuda(const at::Tensor& x, at::Tensor& conv_state, const at::Ten
   if (parents.has_value()) check_index(kOp, "parents", *parents, {b, t}, x);
   if (check_values(x)) {
     check_slot_values(kOp, slots, conv_state.size(0), true);
-    const std::vector<int64_t> acc = host_values(accepted);
+    const std::vector<int64_t> acc = host_index_values(accepted);
     if (!parents.has_value()) {
       for (size_t i = 0; i < acc.size(); ++i)
         if (acc[i] < 0 || acc[i] > t)

@@ -8,7 +8,6 @@
 // The kernels guard themselves either way (gdn_kernel.cuh): nothing out of range is ever read or
 // written.
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -133,19 +132,10 @@ void check_index(const char* op, const char* name, const at::Tensor& t, const st
 }
 
 // ---- index values (eager calls only: needs the values on the host) ----
-bool check_values_now() {
-  return knob_enabled("QWEN38_GDN_CHECK_INDICES", true) &&
-         c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-}
-
-std::vector<int64_t> host_values(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  const int64_t* d = c.data_ptr<int64_t>();
-  return std::vector<int64_t>(d, d + c.numel());
-}
+bool check_values_now() { return index_checks_now("QWEN38_GDN_CHECK_INDICES"); }
 
 void check_slot_values(const char* op, const at::Tensor& slots, int64_t rows, bool distinct) {
-  const auto s = host_values(slots);
+  const auto s = host_index_values(slots);
   for (size_t i = 0; i < s.size(); ++i)
     TORCH_CHECK_VALUE(s[i] >= -1 && s[i] < rows, "qwen38.", op, ": slots[", num(i), "] = ", num(s[i]),
                       " is out of range: a slot must be -1 (padding) or in [0, ", num(rows), ")");
@@ -160,7 +150,7 @@ void check_slot_values(const char* op, const at::Tensor& slots, int64_t rows, bo
 std::vector<int64_t> check_length_values(const char* op, const std::optional<at::Tensor>& lengths, int64_t batch,
                                          int64_t t) {
   if (!lengths.has_value()) return std::vector<int64_t>(batch, t);
-  const auto l = host_values(*lengths);
+  const auto l = host_index_values(*lengths);
   for (size_t i = 0; i < l.size(); ++i)
     TORCH_CHECK_VALUE(l[i] >= 0 && l[i] <= t, "qwen38.", op, ": lengths[", num(i), "] = ", num(l[i]),
                       " is out of range [0, ", num(t), "]");
@@ -170,7 +160,7 @@ std::vector<int64_t> check_length_values(const char* op, const std::optional<at:
 // reference._tree_depths: depth-first pre-order over the first lengths[b] nodes of each sequence.
 std::vector<int64_t> check_parent_values(const char* op, const at::Tensor& parents, const std::vector<int64_t>& lens,
                                          int64_t batch, int64_t t) {
-  const auto par = host_values(parents);
+  const auto par = host_index_values(parents);
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<int64_t> depth(t, 0), path{-1};
     for (int64_t i = 0; i < lens[b]; ++i) {
@@ -193,7 +183,7 @@ std::vector<int64_t> check_parent_values(const char* op, const at::Tensor& paren
 // reference._accepted_paths: a chain's accepted length, or a valid tree's deepest accepted node.
 void check_accepted_values(const char* op, const at::Tensor& accepted, const std::optional<at::Tensor>& parents,
                            int64_t batch, int64_t t) {
-  const auto acc = host_values(accepted);
+  const auto acc = host_index_values(accepted);
   if (!parents.has_value()) {
     for (int64_t b = 0; b < batch; ++b)
       TORCH_CHECK_VALUE(acc[b] >= 0 && acc[b] <= t, "qwen38.", op, ": accepted[", num(b), "] = ", num(acc[b]),
