@@ -45,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--vocab", default="32768,248320")
     ap.add_argument("--argmax", action="store_true", help="also time head_argmax")
+    ap.add_argument("--configs", default="", help="comma-separated configuration numbers (0 = the default; "
+                    "default: all)")
     a = ap.parse_args(argv)
+    names = list(CONFIGS)
+    chosen = [names[int(i)] for i in a.configs.split(",")] if a.configs else names
     ceiling = bench.measure_read_ceiling()
     lines = [f"# head column tiles A/B ({bench.gpu_name()}, read ceiling {ceiling:.0f} GB/s, best of {a.reps})", "",
              "| vocabulary | op | configuration | " + " | ".join(f"{m} rows us (% ceil)" for m in ROWS) + " |",
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         for op_name, fn in (("head_logits", _logits), ("head_argmax", _argmax)):
             if op_name == "head_argmax" and not a.argmax:
                 continue
-            for name, kn in CONFIGS.items():
+            for name in chosen:
+                kn = CONFIGS[name]
                 g = bench.with_knobs(fn, **kn)
                 for m in range(1, 33):  # the same bits as the default, or no timing
                     got, want = g(x[:m], w), (ref if fn is _logits else ref_a)[m - 1]
