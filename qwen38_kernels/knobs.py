@@ -50,6 +50,17 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "asynchronous eager calls. The kernel guards itself either way: out-of-range values are clamped "
          "(lengths to [0, T], kv_lens to [length, L]; a row always sees its own key and never a later row's), "
          "nothing outside the cache is read."),
+    Knob("QWEN38_ATTN_SPLIT", "auto",
+         "(QWEN38_ATTN_KERNEL=1) The split rule of attn_decode's kernels: auto (default): a split holds at least 4 "
+         "chunks of 64 keys and a row has at most 64 splits (csrc/attn/attn_launch.h); MIN,MAX: at least MIN "
+         "chunks (1..64), at most MAX splits (1..256). A lab knob for A/B timing: the rule cuts a row's keys into "
+         "the partial sums the merge adds, so other settings give other bits (rows stay row-invariant under any "
+         "one setting)."),
+    Knob("QWEN38_ATTN_SLOTS", "2",
+         "(QWEN38_ATTN_KERNEL=1) K/V chunk slots of attn_decode's split kernel: 2 (default): one chunk load in "
+         "flight; 3: two (where they fit a block: not GB10's 99 KB at D 256, an error there). On the H100 3 took "
+         "8192 keys at T = 1 from 25.2 to 23.8 us but 32768 from 59.8 to 61.7 (session 40). A launch detail for "
+         "A/B timing: same bits."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),

@@ -338,3 +338,44 @@ def test_cuda_misaligned_rows_are_refused():
     wide = torch.zeros(1, 2, 8, 64, dtype=qq.dtype, device="cuda")
     wide[:, :, ::2] = qq
     qt.assert_bitwise_equal(q.attn_decode(wide[:, :, ::2], k, v, kl), ok, "strided q")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", ["1,16", "2,128"])
+def test_cuda_split_rule_knob_keeps_rows_one_token_calls(split):
+    """QWEN38_ATTN_SPLIT (the lab knob of the split rule): 16 chain rows after 1000 keys under another
+    rule stay within the bound and equal their one-token calls under the same rule, bit for bit."""
+    t, prefix = 16, 1000
+    qq, k, v = _inputs(1, t, 24, 4, 256, prefix + t, seed=9, device="cuda")
+    with knobs.override(QWEN38_ATTN_SPLIT=split):
+        o = q.attn_decode(qq, k, v, _idx([prefix + t], "cuda"))
+        _check_f64(o, qq, k, v, _idx([prefix + t], "cuda"), None, None)
+        for r in (0, 7, 15):
+            one = q.attn_decode(qq[:, r:r + 1], k, v, _idx([prefix + r + 1], "cuda"))
+            qt.assert_bitwise_equal(o[:, r], one[:, 0], f"chain row {r} under split rule {split}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", ["4", "0,64", "4,257", "x,y", "4,64,1"])
+def test_cuda_bad_split_rule_knob_is_refused(bad):
+    qq, k, v = _inputs(1, 1, 4, 1, 64, 10, seed=6, device="cuda")
+    with knobs.override(QWEN38_ATTN_SPLIT=bad):
+        with pytest.raises(ValueError, match=r"QWEN38_ATTN_SPLIT must be auto or MIN,MAX"):
+            q.attn_decode(qq, k, v, _idx([10], "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hq,hkv,d,t", [(24, 4, 256, 1), (24, 4, 256, 16), (8, 2, 128, 5), (4, 4, 64, 3)])
+def test_cuda_two_and_three_kv_slots_give_the_same_bits(hq, hkv, d, t):
+    """QWEN38_ATTN_SLOTS 2 (one chunk load in flight) and 3 (two) run the same arithmetic: the same bits,
+    over rows of one and of several splits, a tree batch with a padding row."""
+    qq, k, v = _inputs(2, t, hq, hkv, d, 1200, seed=d + t, device="cuda")
+    kl, ls = _idx([1200, 333], "cuda"), _idx([t, max(t - 1, 1)], "cuda")
+    parents = [-1] + [i // 2 for i in range(t - 1)]
+    mask = torch.stack([ref.tree_mask(parents)] * 2).cuda()
+    with knobs.override(QWEN38_ATTN_SLOTS="2"):
+        o2 = q.attn_decode(qq, k, v, kl, mask, ls)
+    with knobs.override(QWEN38_ATTN_SLOTS="3"):
+        o3 = q.attn_decode(qq, k, v, kl, mask, ls)
+    qt.assert_bitwise_equal(o3, o2, "three K/V slots against two")
+    _check_f64(o2, qq, k, v, kl, mask, ls)

@@ -24,7 +24,8 @@ def attn_emulator(host_emulator):
     return host_emulator("attn_host_emulation")
 
 
-def _emulate(exe, path, qq, k, v, kv_lens, mask=None, lengths=None, *, scale=None, copies="late", sched="rr"):
+def _emulate(exe, path, qq, k, v, kv_lens, mask=None, lengths=None, *, scale=None, copies="late", sched="rr",
+             split=None, ring=2):
     """The kernels' output for these inputs (contiguous copies; index tensors as int64)."""
     path.mkdir(parents=True, exist_ok=True)
     b, t, hq, d = qq.shape
@@ -33,6 +34,9 @@ def _emulate(exe, path, qq, k, v, kv_lens, mask=None, lengths=None, *, scale=Non
     prm = {"b": b, "t": t, "hq": hq, "hkv": k.shape[1], "d": d, "slots": k.shape[2],
            "f16": int(qq.dtype == torch.float16), "scale_bits": scale_log2, "copies": copies, "sched": sched,
            "q": "q.bin", "k": "k.bin", "v": "v.bin", "kv_lens": "kv_lens.bin"}
+    if split is not None:  # the split rule "MIN,MAX" (QWEN38_ATTN_SPLIT)
+        prm["split"] = split
+    prm["ring"] = ring  # K/V slots of the split kernel (QWEN38_ATTN_SLOTS)
     for name, x in (("q", qq), ("k", k), ("v", v)):
         (path / f"{name}.bin").write_bytes(x.contiguous().view(torch.int16).numpy().tobytes())
     (path / "kv_lens.bin").write_bytes(kv_lens.to(torch.int64).numpy().tobytes())
@@ -110,6 +114,9 @@ def test_host_emulation_within_the_f64_bound(attn_emulator, tmp_path, case):
         mask = torch.stack([ref.tree_mask(p) for p in parents])
     o = _emulate(attn_emulator, tmp_path, qq, k, v, kl, mask, ls, copies=copies, sched=sched)
     _within_bound(o, qq, k, v, kl, mask, ls, case)
+    # three K/V slots (two loads in flight; QWEN38_ATTN_SLOTS): the same bits
+    o3 = _emulate(attn_emulator, tmp_path / "ring3", qq, k, v, kl, mask, ls, copies=copies, sched=sched, ring=3)
+    qt.assert_bitwise_equal(o3, o, f"{case}: three K/V slots against two")
     if ls is not None:  # padding rows are zeros
         for i in range(b):
             assert not bool(o[i, int(ls[i]):].float().any()), f"{case}: padding rows of sequence {i}"
@@ -169,3 +176,21 @@ def test_host_emulation_rows_past_16k_keys_split_longer(attn_emulator, tmp_path)
     for r in (1, 2):
         one = _emulate(attn_emulator, tmp_path / f"r{r}", qq[:, r:r + 1], k, v, _idx([prefix + r + 1]))
         qt.assert_bitwise_equal(o[0, r], one[0, 0], f"row {r} (n = {prefix + r + 1})")
+
+
+@pytest.mark.parametrize("split", ["1,8", "2,3"])
+def test_host_emulation_other_split_rules_keep_rows_one_token_calls(attn_emulator, tmp_path, split):
+    """QWEN38_ATTN_SPLIT (the lab knob of the split rule): 1,8 cuts a row into one-chunk splits up to 8
+    chunks and then longer ones, 2,3 into at most 3 splits of 2 or more chunks. Nine chain rows after
+    505 keys see 506..514 keys: rows 0..6 8 chunks (8 splits of 1; 3 of 3, 3, 2), rows 7, 8 9 chunks
+    (5 splits of 2, 2, 2, 2, 1; 3 of 3). Within the bound, and each row == its one-token call under the
+    same rule."""
+    t, hq, hkv, d, prefix = 9, 6, 1, 64, 505
+    qq, k, v = _inputs(1, t, hq, hkv, d, prefix + t, seed=11, dt=torch.bfloat16)
+    kl = _idx([prefix + t])
+    o = _emulate(attn_emulator, tmp_path / "all", qq, k, v, kl, split=split, ring=3)
+    _within_bound(o, qq, k, v, kl, what=f"split rule {split}")
+    for r in (2, 7, 8):
+        one = _emulate(attn_emulator, tmp_path / f"r{r}", qq[:, r:r + 1], k, v, _idx([prefix + r + 1]), split=split,
+                       ring=2 + r % 2)
+        qt.assert_bitwise_equal(o[0, r], one[0, 0], f"row {r} (n = {prefix + r + 1}) under split rule {split}")

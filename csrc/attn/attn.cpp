@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,6 +85,24 @@ void check_index_values(const at::Tensor& kv_lens, const std::optional<at::Tenso
     }
 }
 
+// QWEN38_ATTN_SPLIT (a lab knob for A/B timing): unset or "auto" -> the rule of attn_launch.h, else
+// "MIN,MAX": splits of at least MIN chunks (1..64), at most MAX splits a row (1..kSplitCap).
+SplitRule split_rule() {
+  SplitRule r;
+  const char* v = std::getenv("QWEN38_ATTN_SPLIT");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return r;
+  char* end = nullptr;
+  const long lo = std::strtol(v, &end, 10);
+  const bool comma = end != v && *end == ',';
+  const char* rest = comma ? end + 1 : end;
+  const long hi = comma ? std::strtol(rest, &end, 10) : 0;
+  TORCH_CHECK_VALUE(comma && end != rest && *end == '\0' && lo >= 1 && lo <= 64 && hi >= 1 && hi <= kSplitCap,
+                    "qwen38.", kOp, ": QWEN38_ATTN_SPLIT must be auto or MIN,MAX (chunks a split at least, 1..64; "
+                    "splits a row at most, 1..", num(kSplitCap), "), got '", v, "'");
+  r.min_chunks = int(lo), r.max_splits = int(hi);
+  return r;
+}
+
 at::Tensor attn_decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& kv_lens, const std::optional<at::Tensor>& mask,
                             const std::optional<at::Tensor>& lengths, std::optional<double> scale) {
@@ -134,9 +154,10 @@ at::Tensor attn_decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, cons
   if (b > 65535) fail("the CUDA kernel takes at most 65535 sequences, got q shape " + shape_str(q.sizes()));
   if (slots >= (int64_t(1) << 31))
     fail("the CUDA kernel takes caches of fewer than 2^31 slots, got k_cache shape " + shape_str(k_cache.sizes()));
-  if (hkv * grid_splits(slots) > 65535)
-    fail("the CUDA kernel takes at most " + num(65535 / kMaxSplits) + " kv heads, got k_cache shape " +
-         shape_str(k_cache.sizes()));
+  const SplitRule rule = split_rule();
+  if (hkv * grid_splits(slots, rule) > 65535)
+    fail("the CUDA kernel takes at most " + num(65535 / grid_splits(slots, rule)) + " kv heads at " + num(slots) +
+         " cache slots, got k_cache shape " + shape_str(k_cache.sizes()));
   if (index_checks_now("QWEN38_ATTN_CHECK_INDICES")) check_index_values(kv_lens, mask, lengths, b, t, slots);
 
   at::Tensor o = new_output(q.sizes(), q.options());
@@ -161,7 +182,9 @@ at::Tensor attn_decode_cuda(const at::Tensor& q, const at::Tensor& k_cache, cons
   p.batch = int(b), p.tokens = int(t), p.hq = int(hq), p.hkv = int(hkv), p.group = int(hq / hkv);
   p.head_dim = int(d);
   p.slots = slots;
-  p.splits = grid_splits(slots);
+  p.rule = rule;
+  p.ring = knob_choice(kOp, "QWEN38_ATTN_SLOTS", "2", 2, {3});
+  p.splits = grid_splits(slots, rule);
   p.scale_log2 = float(sc * 1.4426950408889634);  // log2(e): the kernels' softmax runs in base 2
   p.f16 = q.scalar_type() == at::kHalf;
   at::Tensor ws;  // the split partials (a caching-allocator block: graph capture keeps it)

@@ -5,10 +5,10 @@
 namespace qwen38::attn {
 namespace {
 
-template <typename T, int D, int MT>
-cudaError_t launch_t(const Params& p, bool pdl, cudaStream_t stream) {
-  const auto kernel = attn_decode_kernel<T, D, MT>;
-  const size_t smem = Layout<D, MT>::kBytes;
+template <typename T, int D, int MT, int S>
+cudaError_t launch_s(const Params& p, bool pdl, cudaStream_t stream) {
+  const auto kernel = attn_decode_kernel<T, D, MT, S>;
+  const size_t smem = Layout<D, MT, S>::kBytes;
   size_t room = 0;
   if (const cudaError_t e = dynamic_smem_room(kernel, &room)) return e;
   if (smem > room) return cudaErrorInvalidValue;
@@ -19,6 +19,15 @@ cudaError_t launch_t(const Params& p, bool pdl, cudaStream_t stream) {
   const int64_t rows = int64_t(p.batch) * p.tokens * p.hq;
   return launch_kernel(attn_merge_kernel<T, D>, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kThreads), 0,
                        stream, pdl, p);
+}
+
+// K/V slots (p.ring, QWEN38_ATTN_SLOTS): 2 (default) or 3, the same bits. Three slots keep two chunk
+// loads in flight; on the H100 (session 40, bench_attn --quick, D 256, one tile a CTA at 2 CTAs an SM
+// either way) they took 8192 keys at T = 1 from 25.2 to 23.8 us but 32768 from 59.8 to 61.7, and
+// were even at T = 4..32 (two tiles: 118 KB, one CTA an SM); GB10's 99 KB holds two at D 256.
+template <typename T, int D, int MT>
+cudaError_t launch_t(const Params& p, bool pdl, cudaStream_t stream) {
+  return p.ring == 3 ? launch_s<T, D, MT, 3>(p, pdl, stream) : launch_s<T, D, MT, 2>(p, pdl, stream);
 }
 
 template <typename T, int D>
@@ -46,6 +55,7 @@ cudaError_t launch(const Params& p, bool pdl, cudaStream_t stream) {
       int64_t(p.hkv) * p.splits > 65535)
     return cudaErrorInvalidValue;
   if (p.splits > 1 && (p.ws == nullptr || p.ws_splits == nullptr)) return cudaErrorInvalidValue;
+  if (p.ring != 2 && p.ring != 3) return cudaErrorInvalidValue;
   return p.f16 ? launch_dt<__half>(p, pdl, stream) : launch_dt<__nv_bfloat16>(p, pdl, stream);
 }
 

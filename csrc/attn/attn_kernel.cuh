@@ -16,7 +16,7 @@
 // never of T, B, its batch position, the other rows, or where its keys sit in the cache; so a verify
 // row equals the one-token call made after the accepted path is compacted, bit for bit, on one GPU):
 //   - the n visible keys in chunks of 64 (visible key i in chunk i / 64, slot i % 64; the last chunk
-//     zero-filled and masked past n), chunks in splits of split_chunks(chunks_of(n)) chunks
+//     zero-filled and masked past n), chunks in splits of split_chunks(chunks_of(n), rule) chunks
 //     (attn_launch.h: functions of n only);
 //   - a chunk: scores on mma.m16n8k16 (fp32 accumulation over D in 16-wide steps), times scale_log2
 //     (one fp32 multiply); chunk max mc (exact); m' = max(m, mc); p_i = exp2(x_i - m') (exp2_fma);
@@ -117,12 +117,12 @@ __device__ __forceinline__ int64_t load_index(const void* p, bool is64, int64_t 
   return is64 ? static_cast<const int64_t*>(p)[i] : int64_t(static_cast<const int32_t*>(p)[i]);
 }
 
-// Shared memory of the split kernel (bytes).
-template <int D, int MT> struct Layout {
+// Shared memory of the split kernel (bytes). S slots of K or V chunks (2 or 3: the pipeline below).
+template <int D, int MT, int S> struct Layout {
   static constexpr int kRow = D * 2;                  // a K, V or q row
   static constexpr int kSlot = kChunk * kRow;         // K or V of one chunk
   static constexpr int kMaxTokens = MT * 16;          // tokens a CTA at most (G = 1)
-  static constexpr int kK = 0, kV = kSlot, kQ = 2 * kSlot;
+  static constexpr int kK = 0, kQ = S * kSlot;        // slot j at kK + j kSlot
   static constexpr int kP = kQ + MT * 16 * kRow;      // P tiles: 16 rows x 64 keys of q's dtype
   static constexpr int kPTile = 16 * kChunk * 2;
   static constexpr int kMax = kP + MT * kPTile;       // float [MT][warp][16]: row maxima
@@ -130,7 +130,7 @@ template <int D, int MT> struct Layout {
   static constexpr int kVis = kSum + MT * kWarps * 16 * 4;  // uint8 [token][64]: visible draft rows
   static constexpr int kTok = kVis + kMaxTokens * kMaxRows;  // int [token][4]: n, first, end chunk, splits
   static constexpr int kBytes = kTok + kMaxTokens * 4 * 4;
-  static_assert(kBytes <= 101376, "shared memory over GB10's 99 KB");
+  static_assert(S == 3 || kBytes <= 101376, "shared memory over GB10's 99 KB");  // (3 slots: where they fit)
 };
 
 // One step of a CTA: chunk c for the tokens in `members` (bit i: local token i); tok >= 0: the step
@@ -202,9 +202,10 @@ template <> struct Pack<__half> {
   }
 };
 
-template <typename T, int D, int MT>
+template <typename T, int D, int MT, int S>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
-  using Lay = Layout<D, MT>;
+  static_assert(S == 2 || S == 3, "two or three K/V slots");
+  using Lay = Layout<D, MT, S>;
   constexpr int kNT = D / 32;  // n8 tiles of a warp's D / 4 output columns
   QWEN38_DYNAMIC_SMEM(unsigned char, smem, 128);
   int* tok = reinterpret_cast<int*>(smem + Lay::kTok);
@@ -244,7 +245,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
     }
     if (lane == 0) {
       const int64_t n = prefix + a;
-      const int chunks = chunks_of(n), per = split_chunks(chunks), ns = splits_of(chunks);
+      const int chunks = chunks_of(n), per = split_chunks(chunks, p.rule),
+                ns = splits_of(chunks, p.rule);
       const bool active = valid && split < ns;
       tok[4 * i + 0] = int(n);
       tok[4 * i + 1] = active ? split * per : 0;
@@ -286,9 +288,18 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
   const unsigned char* kbh = static_cast<const unsigned char*>(p.k) + (int64_t(b) * p.k_sb + int64_t(h) * p.k_sh) * 2;
   const unsigned char* vbh = static_cast<const unsigned char*>(p.v) + (int64_t(b) * p.v_sb + int64_t(h) * p.v_sh) * 2;
   const int64_t k_row = p.k_sl * 2, v_row = p.v_sl * 2;
+  // Pipeline. S = 2: K and V of a step alternate in two slots, one load in flight (V of a step while
+  // its scores run, K of the next while its P.V runs). S = 3: load j of the sequence K0 V0 K1 V1 ...
+  // goes to slot j % 3, two loads in flight (K of the next step issued with the scores, V of the next
+  // with the P.V). One cp.async group a load, committed in that order (empty past the last step).
   Step st = find_step(c_lo, -1, c_hi, tpc, tok, prefix);
   load_chunk<D>(smem + Lay::kK, kbh, k_row, st, prefix, tok, vis, tid);
   cp_async_commit();
+  if constexpr (S == 3) {
+    load_chunk<D>(smem + Lay::kK + Lay::kSlot, vbh, v_row, st, prefix, tok, vis, tid);
+    cp_async_commit();
+  }
+  int kslot = 0;  // the slot of this step's K (its V: (kslot + 1) % S)
 
   // this lane's rows (g, g + 8 of each tile): local token (-1: a zero row) and visible count
   int row_tok[MT][2], row_n[MT][2];
@@ -318,13 +329,23 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
   // ldmatrix lanes: A (q, P) rows/chunks; B of the scores (K rows); B of P.V (V rows, transposed)
   const int a_row = ((lane >> 3) & 1) * 8 + (lane & 7), a_chunk = lane >> 4;
   const int k_rowl = warp * 16 + (lane >> 4) * 8 + (lane & 7), k_chunk = (lane >> 3) & 1;
-  const uint32_t sK = smem_addr(smem + Lay::kK), sV = smem_addr(smem + Lay::kV);
+  const uint32_t sSlots = smem_addr(smem + Lay::kK);
   const uint32_t sQ = smem_addr(sq), sP = smem_addr(smem + Lay::kP);
 
   while (st.members != 0u) {
-    cp_async_wait<0>();
-    __syncthreads();  // K of this step (and q) whole; every warp is done with the V slot
-    load_chunk<D>(smem + Lay::kV, vbh, v_row, st, prefix, tok, vis, tid);
+    const int vslot = kslot + 1 == S ? 0 : kslot + 1, fslot = vslot + 1 == S ? 0 : vslot + 1;
+    const uint32_t sK = sSlots + kslot * Lay::kSlot, sV = sSlots + vslot * Lay::kSlot;
+    const Step next = st.tok < 0 ? find_step(st.c + 1, -1, c_hi, tpc, tok, prefix)
+                                 : find_step(st.c, st.tok, c_hi, tpc, tok, prefix);
+    if constexpr (S == 2) {
+      cp_async_wait<0>();
+      __syncthreads();  // K of this step (and q) whole; every warp is done with the V slot
+      load_chunk<D>(smem + Lay::kK + vslot * Lay::kSlot, vbh, v_row, st, prefix, tok, vis, tid);
+    } else {
+      cp_async_wait<1>();  // (this step's V may be in flight)
+      __syncthreads();  // K of this step (and q) whole; every warp is done with the last step's V slot
+      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + fslot * Lay::kSlot, kbh, k_row, next, prefix, tok, vis, tid);
+    }
     cp_async_commit();
     bool in_tile[MT];
 #pragma unroll
@@ -398,11 +419,15 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
         if (t4 == 0) red_sum[(mt * kWarps + warp) * 16 + r] = s;
       }
     }
-    cp_async_wait<0>();
-    __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with the K slot
-    const Step next = st.tok < 0 ? find_step(st.c + 1, -1, c_hi, tpc, tok, prefix)
-                                 : find_step(st.c, st.tok, c_hi, tpc, tok, prefix);
-    if (next.members != 0u) load_chunk<D>(smem + Lay::kK, kbh, k_row, next, prefix, tok, vis, tid);
+    if constexpr (S == 2) {
+      cp_async_wait<0>();
+      __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with the K slot
+      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + kslot * Lay::kSlot, kbh, k_row, next, prefix, tok, vis, tid);
+    } else {
+      cp_async_wait<1>();  // (the next step's K may be in flight)
+      __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with this step's K slot
+      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + kslot * Lay::kSlot, vbh, v_row, next, prefix, tok, vis, tid);
+    }
     cp_async_commit();
 
     // P.V for this warp's D / 4 columns, from a zero accumulator; then the online update
@@ -438,6 +463,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
       }
     }
     st = next;
+    kslot = S == 2 ? 0 : fslot;  // S = 3: the next K went to the slot after this step's V
   }
 
   // ---- results: o / l for a row of one split; else (m, l, o) to the workspace ----
@@ -470,7 +496,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
 }
 
 // The merge of a row's splits (rows with 2 or more): one warp a row (b, t, q head), D / 32 columns a
-// lane, the splits in order (the header's formula).
+// lane, the splits in order (the header's formula). The partials are read kMergeBatch splits at a time,
+// all loads of a batch issued before its fused multiply-adds (the order of the arithmetic is the
+// sequential one either way): a row of 64 splits waits for 8 rounds of L2 reads, not 64.
+constexpr int kMergeBatch = 8;
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(const Params p) {
   constexpr int kPer = D / 32;
@@ -483,23 +513,37 @@ __global__ void __launch_bounds__(kThreads) attn_merge_kernel(const Params p) {
   const int ns = p.ws_splits[row / p.hq];
   if (ns < 2) return;  // written by the split kernel (one split) or a padding row
   const float* part = p.ws + row * p.splits * D + lane * kPer;
-  const float* ml = p.ws + rows * p.splits * D + row * p.splits * 2;
-  float big = ml[0];
-  for (int s = 1; s < ns; ++s) big = fmaxf(big, ml[2 * s]);
+  const float2* ml = reinterpret_cast<const float2*>(p.ws + rows * p.splits * D + row * p.splits * 2);
+  // the maximum: lane s reads split s (s, s + 32, ...), then a butterfly (max is exact in any order)
+  float big = neg_inf();
+  for (int s = lane; s < ns; s += 32) big = fmaxf(big, ml[s].x);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, off));
   float o[kPer];
-  float w = exp2_fma(__fsub_rn(ml[0], big));
-  float l = __fmul_rn(w, ml[1]);
-  {
-    const Vec<float, kPer> x = *reinterpret_cast<const Vec<float, kPer>*>(part);
+  float l = 0.0f;
+  for (int s0 = 0; s0 < ns; s0 += kMergeBatch) {
+    Vec<float, kPer> x[kMergeBatch];
+    float2 m_l[kMergeBatch];
 #pragma unroll
-    for (int c = 0; c < kPer; ++c) o[c] = __fmul_rn(w, x.v[c]);
-  }
-  for (int s = 1; s < ns; ++s) {
-    w = exp2_fma(__fsub_rn(ml[2 * s], big));
-    l = __fmaf_rn(w, ml[2 * s + 1], l);
-    const Vec<float, kPer> x = *reinterpret_cast<const Vec<float, kPer>*>(part + int64_t(s) * D);
+    for (int j = 0; j < kMergeBatch; ++j)
+      if (s0 + j < ns) {
+        m_l[j] = ml[s0 + j];
+        x[j] = *reinterpret_cast<const Vec<float, kPer>*>(part + int64_t(s0 + j) * D);
+      }
 #pragma unroll
-    for (int c = 0; c < kPer; ++c) o[c] = __fmaf_rn(w, x.v[c], o[c]);
+    for (int j = 0; j < kMergeBatch; ++j) {
+      if (s0 + j >= ns) break;
+      const float w = exp2_fma(__fsub_rn(m_l[j].x, big));
+      if (s0 + j == 0) {
+        l = __fmul_rn(w, m_l[j].y);
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) o[c] = __fmul_rn(w, x[j].v[c]);
+      } else {
+        l = __fmaf_rn(w, m_l[j].y, l);
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) o[c] = __fmaf_rn(w, x[j].v[c], o[c]);
+      }
+    }
   }
   Vec<T, kPer> out;
 #pragma unroll

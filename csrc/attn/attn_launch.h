@@ -12,28 +12,35 @@ namespace qwen38::attn {
 constexpr int kChunk = 64;           // visible keys a chunk: one online-softmax update
 constexpr int kMinSplitChunks = 4;   // a split holds at least 4 chunks (256 keys) ...
 constexpr int kMaxSplits = 64;       // ... and a row has at most 64 splits (more keys: longer splits)
+constexpr int kSplitCap = 256;       // the most splits QWEN38_ATTN_SPLIT may ask for (a lab knob)
 constexpr int kMaxRows = 64;         // T
 constexpr int kMaxGroup = 16;        // q heads a kv head: one 16-row mma tile holds a token's heads
 constexpr int kThreads = 128;        // 4 warps a CTA (both kernels)
 
+// The split rule's two numbers: a split holds at least `min_chunks` chunks and a row has at most
+// `max_splits` splits (kMinSplitChunks, kMaxSplits; QWEN38_ATTN_SPLIT for A/B timing).
+struct SplitRule {
+  int min_chunks = kMinSplitChunks, max_splits = kMaxSplits;
+};
+
 // A row with n visible keys walks chunks_of(n) chunks in splits of split_chunks(chunks) chunks,
-// splits_of(chunks) of them: functions of n only, so the one-token call after compaction (the same
-// n) cuts the keys at the same places (the contract: attn_kernel.cuh's header).
+// splits_of(chunks) of them: functions of n (and the rule) only, so the one-token call after
+// compaction (the same n) cuts the keys at the same places (the contract: attn_kernel.cuh's header).
 __host__ __device__ inline int chunks_of(int64_t n) { return int((n + kChunk - 1) / kChunk); }
-__host__ __device__ inline int split_chunks(int chunks) {
-  const int c = (chunks + kMaxSplits - 1) / kMaxSplits;
-  return c > kMinSplitChunks ? c : kMinSplitChunks;
+__host__ __device__ inline int split_chunks(int chunks, SplitRule r) {
+  const int c = (chunks + r.max_splits - 1) / r.max_splits;
+  return c > r.min_chunks ? c : r.min_chunks;
 }
-__host__ __device__ inline int splits_of(int chunks) {
-  const int c = split_chunks(chunks);
+__host__ __device__ inline int splits_of(int chunks, SplitRule r) {
+  const int c = split_chunks(chunks, r);
   return (chunks + c - 1) / c;
 }
-// The grid's splits for a cache of L slots: no row has more (n <= L; splits_of(c) is ceil(c / 4) up
-// to 256 chunks and at most kMaxSplits beyond).
-inline int grid_splits(int64_t slots) {
+// The grid's splits for a cache of L slots: no row has more (n <= L; splits_of(c) is
+// ceil(c / min_chunks) up to max_splits min_chunks chunks and max_splits beyond).
+inline int grid_splits(int64_t slots, SplitRule r) {
   const int64_t c = (slots + kChunk - 1) / kChunk;
-  const int64_t s = (c + kMinSplitChunks - 1) / kMinSplitChunks;
-  return s < 1 ? 1 : (s > kMaxSplits ? kMaxSplits : int(s));
+  const int64_t s = (c + r.min_chunks - 1) / r.min_chunks;
+  return s < 1 ? 1 : (s > r.max_splits ? r.max_splits : int(s));
 }
 
 struct Params {
@@ -53,7 +60,9 @@ struct Params {
   int* ws_splits = nullptr;            // splits > 1: [B, T] a row's split count (0: padding row)
   int batch = 0, tokens = 0, hq = 0, hkv = 0, group = 0, head_dim = 0;
   int64_t slots = 0;                   // L
-  int splits = 1;                      // grid_splits(L)
+  int splits = 1;                      // grid_splits(L, rule)
+  SplitRule rule;
+  int ring = 2;                        // K/V slots of the split kernel: 2 or 3 (QWEN38_ATTN_SLOTS)
   float scale_log2 = 0.0f;             // scale * log2(e), rounded to fp32 once by the launcher
   bool f16 = false;
 };

@@ -33,9 +33,9 @@ namespace {
 
 using namespace qwen38::attn;
 
-alignas(128) unsigned char g_smem[100 * 1024];
+alignas(128) unsigned char g_smem[128 * 1024];  // (3 K/V slots at D 256: up to 118 KB)
 
-template <typename T, int D, int MT>
+template <typename T, int D, int MT, int S>
 void run_split(const Params& p) {
   const int tpc = MT * (16 / p.group);
   const unsigned gx = unsigned((p.tokens + tpc - 1) / tpc), gy = unsigned(p.hkv * p.splits);
@@ -43,7 +43,7 @@ void run_split(const Params& p) {
   for (unsigned z = 0; z < unsigned(p.batch); ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x)
-        emu::run_cta(emu::Dim3{x, y, z}, kThreads, [&p]() { attn_decode_kernel<T, D, MT>(p); });
+        emu::run_cta(emu::Dim3{x, y, z}, kThreads, [&p]() { attn_decode_kernel<T, D, MT, S>(p); });
   if (p.splits <= 1) return;
   const int64_t rows = int64_t(p.batch) * p.tokens * p.hq;
   const unsigned mx = unsigned((rows + kWarps - 1) / kWarps);
@@ -52,10 +52,16 @@ void run_split(const Params& p) {
     emu::run_cta(emu::Dim3{x, 0u, 0u}, kThreads, [&p]() { attn_merge_kernel<T, D>(p); });
 }
 
+template <typename T, int D, int MT>
+void run_mt(const Params& p) {  // p.ring: 2 or 3 K/V slots (the launcher's auto depends on the device)
+  if (p.ring == 3) run_split<T, D, MT, 3>(p);
+  else run_split<T, D, MT, 2>(p);
+}
+
 template <typename T, int D>
 void run_d(const Params& p) {
-  if (p.tokens > 16 / p.group) run_split<T, D, 2>(p);  // the launcher's rule (attn_kernel.cu)
-  else run_split<T, D, 1>(p);
+  if (p.tokens > 16 / p.group) run_mt<T, D, 2>(p);  // the launcher's rule (attn_kernel.cu)
+  else run_mt<T, D, 1>(p);
 }
 
 template <typename T>
@@ -95,7 +101,13 @@ int main(int argc, char** argv) {
   p.lengths64 = true;
   p.mask = static_cast<const bool*>(rd.ptr("mask"));
   p.mask_sb = int64_t(p.tokens) * p.tokens, p.mask_st = p.tokens, p.mask_sj = 1;
-  p.splits = grid_splits(L);
+  if (const std::string r = rd.get("split"); r != "none") {  // "MIN,MAX" (QWEN38_ATTN_SPLIT)
+    const size_t comma = r.find(',');
+    p.rule.min_chunks = std::stoi(r.substr(0, comma));
+    p.rule.max_splits = std::stoi(r.substr(comma + 1));
+  }
+  p.splits = grid_splits(L, p.rule);
+  p.ring = rd.get("ring") == "3" ? 3 : 2;
   const size_t n_out = size_t(p.batch) * p.tokens * p.hq * d;
   std::vector<uint16_t> o(n_out, 0xffffu);  // NaN in both 16-bit formats: unwritten elements show
   p.o = o.data();
