@@ -39,10 +39,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "to the host and validates them as the reference does, raising ValueError naming the argument "
          "(one small synchronising copy; skipped while a CUDA graph is captured); 0: no copy. The kernels "
          "guard themselves either way: nothing out of range is read or written."),
-    Knob("QWEN38_ATTN_KERNEL", "0",
-         "1: attn_decode on CUDA tensors runs the tensor-core kernels of csrc/attn (CUDA-graph safe); 0 "
-         "(default until their first run on a GPU): the pure-PyTorch reference, one row at a time (slow, "
-         "reads the index values on the host, not graph safe). Both keep the contract; their bits differ."),
+    Knob("QWEN38_ATTN_KERNEL", "1",
+         "1 (default): attn_decode on CUDA tensors runs the tensor-core kernels of csrc/attn (CUDA-graph "
+         "safe); 0: the pure-PyTorch reference, one row at a time (slow, reads the index values on the host, "
+         "not graph safe). Both keep the contract; their bits differ."),
     Knob("QWEN38_ATTN_CHECK_INDICES", "1",
          "(QWEN38_ATTN_KERNEL=1) 1 (default): an eager CUDA attn_decode call copies its index tensors (kv_lens, "
          "lengths, mask) to the host and validates them as the reference does, raising ValueError naming the "

@@ -24,8 +24,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 @pytest.fixture(autouse=True)
 def _the_cuda_kernels():
-    """Every CUDA case here runs the kernels (QWEN38_ATTN_KERNEL=1; the CPU ignores the knob);
-    test_cuda_default_is_the_reference checks the default path."""
+    """Every CUDA case here runs the kernels (QWEN38_ATTN_KERNEL=1, the default, whatever the environment
+    says; the CPU ignores the knob); test_cuda_knob_0_is_the_reference checks the other path."""
     with knobs.override(QWEN38_ATTN_KERNEL="1"):
         yield
 
@@ -231,9 +231,9 @@ def test_bad_input_names_the_argument(device, case):
 # ---- the CUDA kernel ------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-def test_cuda_default_is_the_reference():
-    """QWEN38_ATTN_KERNEL=0 (the default until the kernels have run on a GPU): CUDA tensors take the
-    reference, bit for bit; with 1 the kernels, within the bound but with other bits."""
+def test_cuda_knob_0_is_the_reference():
+    """QWEN38_ATTN_KERNEL=0: CUDA tensors take the reference, bit for bit; with 1 (the default) the
+    kernels, within the bound but with other bits."""
     qq, k, v = _inputs(2, 5, 12, 2, 128, 300, seed=41, device="cuda")
     kl, mask = _idx([300, 280], "cuda"), torch.stack([ref.tree_mask([-1, 0, 0, 2, 3])] * 2).cuda()
     with knobs.override(QWEN38_ATTN_KERNEL="0"):

@@ -2,7 +2,7 @@
 torch.ops.qwen38 (no math, no copies), its fake kernel and its CPU kernel (the pure-PyTorch reference
 in qwen38_kernels/reference/attn.py, whose docstring holds the tensors' table and the contract).
 
-CUDA: with ``QWEN38_ATTN_KERNEL=1``, the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the
+CUDA: the tensor-core kernels of csrc/attn (attn_kernel.cuh holds the
 design: a row's visible keys in chunks of 64 and splits that depend on its visible count only, merged
 in order; mma.m16n8k16 with fp32 accumulation; exp2 from fused multiply-adds, so sm_90a and sm_121a give the same bits), launched
 by csrc/attn/attn.cpp. The grid comes from the shapes only: CUDA-graph safe. An eager call validates
@@ -11,10 +11,9 @@ ops do (``QWEN38_ATTN_CHECK_INDICES=0``: no copy, asynchronous); under capture, 
 out-of-range values are clamped by the kernel, never read past the cache. The rows of
 q, k_cache and v_cache must start 16-byte aligned (strides multiples of 8 elements) on CUDA. CPU and
 CUDA agree to the bound of ``reference.attn_decode_f64_bound``, not bit for bit; on one GPU a verify
-row equals its one-token call after compaction bit for bit. The kernels have passed their host emulation
-(tests/test_attn_emulation.py) but not yet run on a GPU, so they are opt-in: by default (the knob 0) CUDA
-tensors take the reference, one row at a time, the index values read on the host (slow, not CUDA-graph
-safe, but run on a GPU: session 39's tests).
+row equals its one-token call after compaction bit for bit (tests/test_attn.py on the GPU,
+tests/test_attn_emulation.py on the host). ``QWEN38_ATTN_KERNEL=0`` sends CUDA tensors to the reference
+instead, one row at a time, the index values read on the host (slow, not CUDA-graph safe).
 """
 from __future__ import annotations
 
@@ -48,8 +47,8 @@ def attn_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
 torch.library.register_kernel("qwen38::attn_decode", "cpu", ref.attn_decode)
 
 
-# ---- CUDA: the kernels (torch.ops.qwen38._attn_decode_kernel, csrc/attn/attn.cpp) with
-# QWEN38_ATTN_KERNEL=1, else the reference (module docstring) -----------------------------------------
+# ---- CUDA: the kernels (torch.ops.qwen38._attn_decode_kernel, csrc/attn/attn.cpp), or the reference
+# with QWEN38_ATTN_KERNEL=0 (module docstring) ---------------------------------------------------------
 def _attn_decode_cuda(q, k_cache, v_cache, kv_lens, mask=None, lengths=None, *, scale=None):
     if knobs.enabled("QWEN38_ATTN_KERNEL"):
         return _ops._attn_decode_kernel(q, k_cache, v_cache, kv_lens, mask, lengths, scale=scale)
