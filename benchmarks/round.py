@@ -1,9 +1,9 @@
 """Sum one Qwen3.8-27B decode round from the per-op timings the benchmarks recorded (no GPU needed).
 
-    python benchmarks/round.py [--results benchmarks/results/h200] [--out DIR]
+    python benchmarks/round.py [--results benchmarks/results/h200] [--context 8192] [--out DIR]
 
 Kernel timings rank ops; the round decides (DESIGN.md). This reads the records of bench_norm,
-bench_nvfp4, bench_head, bench_gdn and bench_conv (``<results>/<bench>.json``, provider ``qwen38``)
+bench_nvfp4, bench_head, bench_gdn, bench_conv and bench_attn (``<results>/<bench>.json``, provider ``qwen38``)
 and adds up the ops of one round of the NVFP4 model for one sequence, in two shapes of round:
 
   decode      one token (every op at 1 row; GDN and conv one step)
@@ -16,12 +16,13 @@ Per layer (64 = 16 x [GDN, GDN, GDN, attention], MODEL.md), with the engines' fu
                 silu_mul 17408, down 5120x17408
   GDN (48)      qkv+z 16384x5120, b+a 96x5120, conv, GDN, rms_norm_gated (48 heads), out 5120x6144
   attn (16)     q+k+v 14336x5120, q norm and k norm (the 24x256 q-slice record for each), the
-                attention itself, o_proj 5120x6144
+                attention itself (bench_attn's record at a prefix of --context keys), o_proj 5120x6144
   once          final rms_norm, head_logits 248320x5120 (bf16 head)
 Where bench_head also timed the head's weight in NVFP4 (provider ``qwen38 nvfp4 head``), two more rounds
 use that instead of the bf16 head. A record at the exact row count is used when there is one, else the
-next larger row count (an upper bound, marked ``>=``); an op with no record at all (decode attention:
-not built yet; RoPE: not a library op) is listed as missing, and the total is a lower bound.
+next larger row count (an upper bound, marked ``>=``); an op with no record at all (RoPE: not a library
+op; decode attention where bench_attn did not run at that prefix) is listed as missing, and the total is
+a lower bound.
 Writes round.md and round.json into ``--out`` (default: the results folder).
 """
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Records:
 
     def __init__(self, folder: Path):
         self.recs = []
-        for bench in ("norm", "nvfp4", "head", "gdn", "conv"):
+        for bench in ("norm", "nvfp4", "head", "gdn", "conv", "attn"):
             f = folder / f"{bench}.json"
             if f.exists():
                 data = json.loads(f.read_text())
@@ -104,7 +105,7 @@ class Records:
         return cands[0][1], cands[0][0], cands[0][2], cands[0][3]
 
 
-def build_round(recs: Records, name: str, rows: int, nvfp4_head: bool = False) -> Round:
+def build_round(recs: Records, name: str, rows: int, nvfp4_head: bool = False, context: int = 8192) -> Round:
     rd = Round(name, rows)
 
     def add(what, count, op, shape, at_rows=None, note="", provider="qwen38"):
@@ -130,8 +131,8 @@ def build_round(recs: Records, name: str, rows: int, nvfp4_head: bool = False) -
         add(f"gdn_commit_verify (commit 8 + chain {rows})", GDN_LAYERS, "gdn_commit_verify", "1 sequence")
     gemm("attention q+k+v", ATTN_LAYERS, "14336x5120")
     add("rms_norm q norm and k norm (24x256 q-slice record)", 2 * ATTN_LAYERS, "rms_norm", "24x256")
-    rd.lines.append(Line(f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})", ATTN_LAYERS, None,
-                         note="not built yet"))
+    add(f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'}, {context}-key prefix)", ATTN_LAYERS,
+        "attn_decode", f"prefix={context} T=", note=f"no bench_attn record at a {context}-key prefix")
     gemm("attention o_proj", ATTN_LAYERS, "5120x6144")
     add("silu_mul 17408 (MLP activation)", LAYERS, "silu_mul", "2x17408")
     rd.lines.append(Line("RoPE", ATTN_LAYERS, None, note="not a library op"))
@@ -172,16 +173,19 @@ def to_markdown(rounds: list[Round], folder: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results" / "h200")
+    ap.add_argument("--context", type=int, default=8192,
+                    help="the committed prefix (keys) of the attention records used (bench_attn: 1024..32768)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     recs = Records(args.results)
     if not recs.recs:
         print(f"no benchmark records in {args.results}", file=sys.stderr)
         return 1
-    rounds = [build_round(recs, "decode", 1), build_round(recs, "verify 16", 16)]
+    ctx = args.context
+    rounds = [build_round(recs, "decode", 1, context=ctx), build_round(recs, "verify 16", 16, context=ctx)]
     if recs.at("head", "248320x5120", 1, NVFP4_HEAD)[0] is not None:  # bench_head timed an NVFP4 head
-        rounds += [build_round(recs, "decode, NVFP4 head", 1, nvfp4_head=True),
-                   build_round(recs, "verify 16, NVFP4 head", 16, nvfp4_head=True)]
+        rounds += [build_round(recs, "decode, NVFP4 head", 1, nvfp4_head=True, context=ctx),
+                   build_round(recs, "verify 16, NVFP4 head", 16, nvfp4_head=True, context=ctx)]
     out = args.out or args.results
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(rounds, args.results)

@@ -43,7 +43,8 @@ def test_sums_counts_picks_rows_and_lists_missing_ops(tmp_path):
     assert lines["add_rms_norm 5120 (input, post-attention)"]["us"] == 128 * 2.0
     assert lines["gdn_step"]["us"] == 48 * 5.0
     assert abs(dec["total_us"] - sum(x["us"] for x in dec["lines"])) < 1e-6
-    assert "decode attention (1 query)" in dec["missing"] and "nvfp4_linear 16384x5120: GDN qkv+z" in dec["missing"]
+    assert "decode attention (1 query, 8192-key prefix)" in dec["missing"]
+    assert "nvfp4_linear 16384x5120: GDN qkv+z" in dec["missing"]
     # 16 rows: the 32-row record stands in (an upper bound), a shape without one is missing
     vlines = {x["what"]: x for x in ver["lines"]}
     assert vlines["nvfp4_linear 34816x5120: MLP gate+up"]["us_each"] == 90.0
@@ -63,8 +64,8 @@ def test_the_recorded_h200_round_adds_up():
     recs = rs.Records(ROOT / "benchmarks" / "results" / "h200")
     for name, rows in (("decode", 1), ("verify 16", 16)):
         rd = rs.build_round(recs, name, rows)
-        assert set(rd.missing) == {f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'})",
-                                   "RoPE"}
+        assert set(rd.missing) == {f"decode attention ({rows} quer{'y' if rows == 1 else 'ies'}, 8192-key prefix)",
+                                   "RoPE"}  # (no bench_attn run on the H200 yet)
         assert rd.floor_us < rd.total_us
 
 
@@ -86,3 +87,21 @@ def test_an_nvfp4_head_record_adds_two_rounds(tmp_path):
     _write(res, "head", [_rec("head", "248320x5120 lm_head", 1, 580.0)])  # no NVFP4 record: two rounds
     assert rs.main(["--results", str(res), "--out", str(tmp_path / "out")]) == 0
     assert len(json.loads((tmp_path / "out" / "round.json").read_text())) == 2
+
+
+def test_attention_records_at_the_context_prefix(tmp_path):
+    """bench_attn's records (shape "prefix=P T=T", M = T) stand for the 16 attention layers at the prefix
+    --context names; another prefix leaves the line missing."""
+    rs = _round_module()
+    res = tmp_path / "gpu"
+    _write(res, "attn", [_rec("attn_decode", "prefix=8192 T=1", 1, 25.0),
+                         _rec("attn_decode", "prefix=8192 T=16", 16, 74.0),
+                         _rec("attn_decode", "prefix=32768 T=1", 1, 60.0)])
+    assert rs.main(["--results", str(res), "--out", str(tmp_path / "a")]) == 0
+    rounds = {r["name"]: r for r in json.loads((tmp_path / "a" / "round.json").read_text())}
+    att = {r: [x for x in rounds[r]["lines"] if x["what"].startswith("decode attention")][0] for r in rounds}
+    assert att["decode"]["us"] == 16 * 25.0 and att["verify 16"]["us"] == 16 * 74.0
+    assert rs.main(["--results", str(res), "--context", "32768", "--out", str(tmp_path / "b")]) == 0
+    rounds = {r["name"]: r for r in json.loads((tmp_path / "b" / "round.json").read_text())}
+    assert [x for x in rounds["decode"]["lines"] if x["what"].startswith("decode attention")][0]["us"] == 16 * 60.0
+    assert "decode attention (16 queries, 32768-key prefix)" in rounds["verify 16"]["missing"]
