@@ -50,13 +50,17 @@
 // tile run on but their results are dropped (an mma's output element depends on its own row and
 // column only). A row thus always meets the same data at the same slots, loaded either way.
 //
-// Pipeline: K and V of a step in two shared-memory slots, double-buffered through cp.async: V of a
-// step loads while its scores run, K of the next step while its P.V runs. Three barriers a step:
+// Pipeline (S = 2, the default): K and V of a step in two shared-memory slots, double-buffered through
+// cp.async: V of a step loads while its scores run, K of the next step while its P.V runs. Three
+// barriers a step:
 //   wait K; barrier (K whole; the V slot free)  -> issue V; scores; row max of each warp's 16 keys
 //   barrier (maxima whole)                        -> p, the P tile, each warp's partial sums
 //   wait V; barrier (V, P, sums whole; K free)   -> issue the next K; P.V; update m, l, o
-// Shared memory: K, V slots (64 keys x D), the q tiles, the P tiles (16 x 64), the maxima and sums,
-// the tokens' visible draft lists and a token table: 87 KB at D 256 and MT 2 (GB10 allows 99).
+// S = 3 (QWEN38_ATTN_SLOTS=3): the loads K0 V0 K1 V1 ... go to slot j % 3, the next step's K issued at
+// the first barrier and its V at the third, so two loads are in flight; the same arithmetic.
+// Shared memory: S K/V slots (64 keys x D), the q tiles, the P tiles (16 x 64), the maxima and sums,
+// the tokens' visible draft lists and a token table: 87 KB at D 256 and MT 2 with two slots (GB10
+// allows 99), 108 / 118 KB with three.
 // K, V, q and P rows are stored in 16-byte chunks swizzled by the row (chunk c of row r at c ^ (r % 8))
 // so the 8 row addresses of an ldmatrix phase fall in 8 different bank groups.
 //
