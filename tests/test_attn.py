@@ -356,11 +356,13 @@ def test_cuda_split_rule_knob_keeps_rows_one_token_calls(split):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bad", ["4", "0,64", "4,257", "x,y", "4,64,1"])
-def test_cuda_bad_split_rule_knob_is_refused(bad):
+@pytest.mark.parametrize("knob,bad,msg", [("QWEN38_ATTN_SPLIT", b, r"QWEN38_ATTN_SPLIT must be auto or MIN,MAX")
+                                          for b in ["4", "0,64", "4,257", "x,y", "4,64,1"]]
+                         + [("QWEN38_ATTN_SLOTS", b, r"QWEN38_ATTN_SLOTS must be 2 or 3, got") for b in ["4", "auto"]])
+def test_cuda_bad_launch_knobs_are_refused(knob, bad, msg):
     qq, k, v = _inputs(1, 1, 4, 1, 64, 10, seed=6, device="cuda")
-    with knobs.override(QWEN38_ATTN_SPLIT=bad):
-        with pytest.raises(ValueError, match=r"QWEN38_ATTN_SPLIT must be auto or MIN,MAX"):
+    with knobs.override(**{knob: bad}):
+        with pytest.raises(ValueError, match=msg):
             q.attn_decode(qq, k, v, _idx([10], "cuda"))
 
 

@@ -341,15 +341,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
     const uint32_t sK = sSlots + kslot * Lay::kSlot, sV = sSlots + vslot * Lay::kSlot;
     const Step next = st.tok < 0 ? find_step(st.c + 1, -1, c_hi, tpc, tok, prefix)
                                  : find_step(st.c, st.tok, c_hi, tpc, tok, prefix);
-    if constexpr (S == 2) {
-      cp_async_wait<0>();
-      __syncthreads();  // K of this step (and q) whole; every warp is done with the V slot
-      load_chunk<D>(smem + Lay::kK + vslot * Lay::kSlot, vbh, v_row, st, prefix, tok, vis, tid);
-    } else {
-      cp_async_wait<1>();  // (this step's V may be in flight)
-      __syncthreads();  // K of this step (and q) whole; every warp is done with the last step's V slot
-      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + fslot * Lay::kSlot, kbh, k_row, next, prefix, tok, vis, tid);
-    }
+    cp_async_wait<S - 2>();  // (S = 3: this step's V may still be in flight)
+    __syncthreads();  // K of this step (and q) whole; every warp is done with the last step's V slot
+    if constexpr (S == 2) load_chunk<D>(smem + Lay::kK + vslot * Lay::kSlot, vbh, v_row, st, prefix, tok, vis, tid);
+    else if (next.members != 0u)
+      load_chunk<D>(smem + Lay::kK + fslot * Lay::kSlot, kbh, k_row, next, prefix, tok, vis, tid);
     cp_async_commit();
     bool in_tile[MT];
 #pragma unroll
@@ -423,15 +419,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
         if (t4 == 0) red_sum[(mt * kWarps + warp) * 16 + r] = s;
       }
     }
-    if constexpr (S == 2) {
-      cp_async_wait<0>();
-      __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with the K slot
-      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + kslot * Lay::kSlot, kbh, k_row, next, prefix, tok, vis, tid);
-    } else {
-      cp_async_wait<1>();  // (the next step's K may be in flight)
-      __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with this step's K slot
-      if (next.members != 0u) load_chunk<D>(smem + Lay::kK + kslot * Lay::kSlot, vbh, v_row, next, prefix, tok, vis, tid);
-    }
+    cp_async_wait<S - 2>();  // (S = 3: the next step's K may still be in flight)
+    __syncthreads();  // V whole; the P tiles and sums whole; every warp is done with this step's K slot
+    if (next.members != 0u)  // into the K slot: the next K (S = 2) or the next V (S = 3)
+      load_chunk<D>(smem + Lay::kK + kslot * Lay::kSlot, S == 2 ? kbh : vbh, S == 2 ? k_row : v_row, next, prefix,
+                    tok, vis, tid);
     cp_async_commit();
 
     // P.V for this warp's D / 4 columns, from a zero accumulator; then the online update
