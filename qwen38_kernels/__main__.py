@@ -3,7 +3,8 @@
 Prints info(), runs check() for every op against its reference (PASS/FAIL and the error), and on a
 GPU a short benchmark table of the Qwen3.8-27B decode shapes against the streaming-read ceiling
 measured in the same run (norms, silu_mul, NVFP4 and FP8 GEMMs, the output head, the GDN step and verifies,
-the conv step and chain; GDN and conv rows count the state and input bytes, latency-bound at B = 1).
+the conv step and chain, decode attention; GDN and conv rows count the state and input bytes, latency-bound
+at B = 1; attention rows the K and V of the sequence read once).
 Exits 1 when a check fails; a benchmark row that fails is reported and does not change that.
 """
 from __future__ import annotations
@@ -47,10 +48,23 @@ def _conv_args(t: int, seed: int, device: str = "cuda") -> tuple:
     return x, rnd(1, c, 3), rnd(c, 4), torch.zeros(1, dtype=torch.long, device=device)
 
 
+def _attn_args(t: int, prefix: int, seed: int, device: str = "cuda") -> tuple:
+    """Random arguments of attn_decode at the model's geometry (24 q / 4 kv heads of 256, bf16): one
+    sequence, a chain of t rows whose keys follow a committed prefix (q, k_cache, v_cache, kv_lens)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    slots = prefix + t
+
+    def rnd(*shape):
+        return torch.randn(*shape, device=device, generator=gen).bfloat16()
+
+    return (rnd(1, t, 24, 256), rnd(1, 4, slots, 256), rnd(1, 4, slots, 256),
+            torch.tensor([slots], dtype=torch.int32, device=device))
+
+
 def _bench_summary(quick: bool = True) -> dict:
     from . import bench
-    from .ops import (add_rms_norm, conv_chain, conv_step, fp8_block_linear, gdn_chain_verify, gdn_step,
-                      gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
+    from .ops import (add_rms_norm, attn_decode, conv_chain, conv_step, fp8_block_linear, gdn_chain_verify,
+                      gdn_step, gdn_tree_verify, head_logits, nvfp4_linear, rms_norm, rms_norm_gated, silu_mul)
 
     ceiling = bench.measure_read_ceiling()
     rows = []
@@ -126,9 +140,16 @@ def _bench_summary(quick: bool = True) -> dict:
         run("conv_chain", "B=1 T=16", 1, lambda *a: conv_chain(*a), lambda i: _conv_args(16, i),
             c * (16 * 2 * 2 + 3 * 2 + 4 * 2))
 
+    def attn_rows():
+        prefix = 8192
+        for t in (1, 16):  # bytes: the sequence's K and V read once, q read, o written
+            run("attn_decode", f"prefix={prefix} T={t}", t, lambda *a: attn_decode(*a),
+                lambda i, t=t: _attn_args(t, prefix, i), 2 * 4 * (prefix + t) * 256 * 2 + 2 * t * 24 * 256 * 2)
+
     guarded("head_logits", head_rows)
     guarded("gdn", gdn_rows)
     guarded("conv", conv_rows)
+    guarded("attn_decode", attn_rows)
     return {"ceiling_GBps": float(ceiling), "ceiling_method": ceiling.method,
             "records": [dataclasses.asdict(x) for x in rows], "errors": errors}
 

@@ -22,3 +22,9 @@ def test_gdn_and_conv_benchmark_arguments_are_accepted_by_the_ops():
     assert y.shape == (1, 10240)
     y = ops.conv_chain(*main_job._conv_args(16, seed=6, device="cpu"))
     assert y.shape == (1, 16, 10240)
+
+
+def test_attention_benchmark_arguments_are_accepted_by_the_op():
+    for t in (1, 16):
+        o = ops.attn_decode(*main_job._attn_args(t, 40, seed=t, device="cpu"))
+        assert o.shape == (1, t, 24, 256) and torch.isfinite(o.float()).all()
