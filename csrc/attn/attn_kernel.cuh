@@ -98,8 +98,11 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(int(0xff80000
 // 2^f by its degree-7 Taylor polynomial (truncation below 2^-27; Horner in fp32), 2^n inserted as an
 // exponent. Results under 2^-125 (x < -125, -inf included) are 0: such a p is far below a rounding
 // of the sums it joins. Identical bits on every arch (IEEE fma and multiply, round to nearest).
+// Branch-free (the under-2^-125 case is a select, so a warp's exponentials never diverge): x past -125 is
+// replaced by 0 for the polynomial, whose result the select then drops; NaN passes through.
 __device__ __forceinline__ float exp2_fma(float x) {
-  if (x < -125.0f) return 0.0f;
+  const bool zero = x < -125.0f;
+  x = zero ? 0.0f : x;
   const float n = rintf(x);
   const float f = __fsub_rn(x, n);
   float y = 0x1.ffcbfcp-17f;             // ln2^7 / 7!
@@ -111,7 +114,8 @@ __device__ __forceinline__ float exp2_fma(float x) {
   y = __fmaf_rn(y, f, 0x1.62e430p-1f);   // ln2
   y = __fmaf_rn(y, f, 1.0f);
   const int e = n == n ? int(n) : 0;     // (NaN: y is NaN already)
-  return __fmul_rn(y, __int_as_float((e + 127) << 23));  // exact: y in [0.7, 1.5], n >= -125
+  const float r = __fmul_rn(y, __int_as_float((e + 127) << 23));  // exact: y in [0.7, 1.5], n >= -125
+  return zero ? 0.0f : r;
 }
 
 // Byte offset of 16-byte chunk c of row r in a tile of `row_bytes` rows (swizzled: c ^ (r % 8)).
@@ -173,14 +177,25 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const unsigned ch
   constexpr int kRowsPer = kThreads / kCols;  // rows a pass: 4, 8, 16 at D 256, 128, 64
   const int cc = tid % kCols;
   const int64_t first = int64_t(st.c) * kChunk;
-  const int64_t n = st.tok < 0 ? 0 : tok[4 * st.tok];
+  if (st.tok < 0) {  // a prefix chunk: 64 consecutive cache rows (the same copies as below, without the
+                     // per-row gather test: ~35 instructions a copy -> ~3; the loop's loads were 40% of it)
+    const unsigned char* src = src_bh + (first + tid / kCols) * row_bytes + cc * 16;
+    const int64_t step = kRowsPer * row_bytes;
+#pragma unroll
+    for (int r0 = 0; r0 < kChunk; r0 += kRowsPer) {
+      cp_async16(dst + swz(r0 + tid / kCols, cc, D * 2), src, 16);
+      src += step;
+    }
+    return;
+  }
+  const int64_t n = tok[4 * st.tok];
 #pragma unroll
   for (int r0 = 0; r0 < kChunk; r0 += kRowsPer) {
     const int j = r0 + tid / kCols;
     const int64_t vi = first + j;
     int64_t pos = vi;
     bool ok = true;
-    if (st.tok >= 0 && vi >= prefix) {
+    if (vi >= prefix) {
       ok = vi < n;
       pos = ok ? prefix + vis[st.tok * kMaxRows + int(vi - prefix)] : 0;
     }
@@ -206,8 +221,11 @@ template <> struct Pack<__half> {
   }
 };
 
+// (The launch bounds ask for one CTA an SM: shared memory allows at most two (H100 / H200) or one (GB10)
+// whatever the registers, and without the 1 ptxas held the fp16 D 256 one-tile form to 168 registers with a
+// 4-byte spill on sm_121a.)
 template <typename T, int D, int MT, int S>
-__global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) attn_decode_kernel(const Params p) {
   static_assert(S == 2 || S == 3, "two or three K/V slots");
   using Lay = Layout<D, MT, S>;
   constexpr int kNT = D / 32;  // n8 tiles of a warp's D / 4 output columns
@@ -407,8 +425,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const Params p) {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-          for (int c = 0; c < 2; ++c)
-            pf[nt][c] = member[mt][e] ? exp2_fma(__fsub_rn(sc[mt][nt][2 * e + c], m_new[mt][e])) : 0.0f;
+          for (int c = 0; c < 2; ++c) {  // (evaluated in every lane, then selected: rows past a tile's
+                                         // tokens are in the same warp, and a branch would diverge)
+            const float x = exp2_fma(__fsub_rn(sc[mt][nt][2 * e + c], m_new[mt][e]));
+            pf[nt][c] = member[mt][e] ? x : 0.0f;
+          }
           const int key = warp * 16 + nt * 8 + 2 * t4;
           *reinterpret_cast<uint32_t*>(ptile + swz(r, key >> 3, kChunk * 2) + (key & 7) * 2) =
               Pack<T>::two(pf[nt][0], pf[nt][1]);
