@@ -59,8 +59,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("QWEN38_ATTN_SLOTS", "2",
          "(QWEN38_ATTN_KERNEL=1) K/V chunk slots of attn_decode's split kernel: 2 (default): one chunk load in "
          "flight; 3: two (where they fit a block: not GB10's 99 KB at D 256, an error there). On the H100 3 took "
-         "8192 keys at T = 1 from 25.2 to 23.8 us but 32768 from 59.8 to 61.7 (session 40). A launch detail for "
-         "A/B timing: same bits."),
+         "8192 keys at T = 1 from 25.2 to 23.8 us but 32768 from 59.8 to 61.7 (session 40); after session 41's "
+         "cheaper loads it is even at T = 1 and much slower at T >= 16 (one 118-KB CTA an SM: 8192 keys at "
+         "T = 16 63.7 -> 105.1 us, benchmarks/results/h100/attn_s41_slots.md). A launch detail for A/B timing: "
+         "same bits."),
     Knob("QWEN38_POISON_OUTPUTS", "0",
          "1: the CUDA ops allocate their outputs filled with NaN before the kernel runs, so an element "
          "a kernel never writes shows as NaN (the tests set this); 0: plain allocations."),
