@@ -16,8 +16,9 @@ import argparse
 import torch
 
 from qwen38_kernels import bench
+from qwen38_kernels.__main__ import _attn_args  # the model's geometry: 24 q / 4 kv heads of 256, bf16
 
-HQ, HKV, D = 24, 4, 256
+HKV, D = 4, 256
 
 
 def parse_configs(text: str) -> list[dict[str, str]]:
@@ -50,16 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     print(lines[0], flush=True)
     for prefix in (int(s) for s in a.prefixes.split(",")):
         for t in (int(s) for s in a.t.split(",")):
-            slots = prefix + t
-
-            def make(i, t=t, slots=slots):
-                g = torch.Generator(device="cuda").manual_seed(i)
-                q = torch.randn(1, t, HQ, D, device="cuda", generator=g).bfloat16()
-                k = torch.randn(1, HKV, slots, D, device="cuda", generator=g).bfloat16()
-                v = torch.randn(1, HKV, slots, D, device="cuda", generator=g).bfloat16()
-                return q, k, v, torch.tensor([slots], device="cuda", dtype=torch.int32)
-
-            copies = bench.rotating_copies(make, 2 * HKV * slots * D * 2)
+            copies = bench.rotating_copies(lambda i, t=t, prefix=prefix: _attn_args(t, prefix, seed=i),
+                                           2 * HKV * (prefix + t) * D * 2)
             want = op(*copies[0])
             cells = []
             for cfg, name in zip(configs, names):
