@@ -22,9 +22,9 @@ cudaError_t launch_s(const Params& p, bool pdl, cudaStream_t stream) {
 }
 
 // K/V slots (p.ring, QWEN38_ATTN_SLOTS): 2 (default) or 3, the same bits. Three slots keep two chunk
-// loads in flight; on the H100 (session 40, bench_attn --quick, D 256, one tile a CTA at 2 CTAs an SM
-// either way) they took 8192 keys at T = 1 from 25.2 to 23.8 us but 32768 from 59.8 to 61.7, and
-// were even at T = 4..32 (two tiles: 118 KB, one CTA an SM); GB10's 99 KB holds two at D 256.
+// loads in flight but need 108 / 118 KB at D 256 (one or two tiles): over GB10's 99 KB, and at two tiles
+// one CTA an SM on the H100, where they are much slower from T = 16 (the knob's text and
+// benchmarks/results/h100/attn_s41_slots.md give the figures).
 template <typename T, int D, int MT>
 cudaError_t launch_t(const Params& p, bool pdl, cudaStream_t stream) {
   return p.ring == 3 ? launch_s<T, D, MT, 3>(p, pdl, stream) : launch_s<T, D, MT, 2>(p, pdl, stream);
