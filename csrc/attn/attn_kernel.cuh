@@ -393,13 +393,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_decode_kernel(const Params p
         const int i = row_tok[mt][e];
         member[mt][e] = in_tile[mt] && i >= 0 && ((st.members >> i) & 1u);
         float mx = neg_inf();
+        const int left = row_n[mt][e] - st.c * kChunk;  // the row's visible keys from this chunk's first on
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const int64_t vi = int64_t(st.c) * kChunk + warp * 16 + nt * 8 + 2 * t4 + c;
-            const float x = member[mt][e] && vi < row_n[mt][e] ? __fmul_rn(sc[mt][nt][2 * e + c], p.scale_log2)
-                                                                 : neg_inf();
+            const int key = warp * 16 + nt * 8 + 2 * t4 + c;  // (visible key st.c 64 + key: inside iff key < left)
+            const float x = member[mt][e] && key < left ? __fmul_rn(sc[mt][nt][2 * e + c], p.scale_log2)
+                                                        : neg_inf();
             sc[mt][nt][2 * e + c] = x;
             mx = fmaxf(mx, x);
           }
