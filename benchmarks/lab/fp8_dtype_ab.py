@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
 from qwen38_kernels import bench
-from qwen38_kernels import formats_fp8 as f8
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_fp8 import _quantize_on_gpu  # noqa: E402  (the bench's chunked quantizer: whole 128-row tiles)
 
 OPS = torch.ops.qwen38
 
@@ -31,10 +34,7 @@ def main(argv=None) -> int:
     for shape in a.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
         torch.manual_seed(0)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
-        parts = [f8.quantize_fp8_block(w[r:r + 4096]) for r in range(0, n, 4096)]  # whole 128-row tiles
-        q = f8.FP8BlockWeight(torch.cat([p.weight for p in parts]), torch.cat([p.weight_scale_inv for p in parts]))
-        del w, parts
+        q = _quantize_on_gpu(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5)
         wbytes = n * k + q.weight_scale_inv.numel() * 4
         for m in (int(r) for r in a.rows.split(",")):
             row = [shape, str(m)]
