@@ -558,7 +558,7 @@ def test_opcheck(device):
                                  "wgmma_bits_lab.cu", "wgmma_skinny_lab.cu", "wgmma_prefill_lab.cu",
                                  "wgmma_floor_lab.cu", "stream_waves_lab.cu", "xshare_lab.cu", "fp8_t_lab.cu",
                                  "nvfp4_t_lab.cu", "nvfp4_ring_t_lab.cu", "nvfp4_scale_lab.cu",
-                                 "nvfp4_xperm_lab.cu"])
+                                 "nvfp4_xperm_lab.cu", "mma_dtype_bits_lab.cu"])
 def test_skinny_labs_compile(tmp_path, lab):
     """The A/B labs of the weight GEMMs (benchmarks/lab/skinny_lab.cu: NVFP4, the one that chose
     the register-stream kernel; fp8_lab.cu: FP8; head_lab.cu: the head's tiles kernel;
@@ -570,7 +570,8 @@ def test_skinny_labs_compile(tmp_path, lab):
     fp8_t_lab.cu, nvfp4_t_lab.cu: the transposed stream bodies against the x-as-A ones;
     nvfp4_ring_t_lab.cu: the staged transposed body against the register one; nvfp4_scale_lab.cu:
     the transposed body with its scales three steps a load; nvfp4_xperm_lab.cu: the bodies reading x
-    in the fragment order) still compile
+    in the fragment order; mma_dtype_bits_lab.cu: mma.sync's fp16 and bf16 forms on values exact in
+    both) still compile
     against the kernel headers, every variant they time included: they
     cannot drift from the kernels. (compute_90a named: with nvcc 13.0, -arch=sm_90a compiled the
     lab through compute_90 PTX, which has no wgmma.)"""
