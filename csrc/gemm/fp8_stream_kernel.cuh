@@ -334,10 +334,28 @@ constexpr bool fp8_t_runs_xa() {
 #endif
 }
 
-// The transposed kernel, NX = ceil(M / 8) groups of 8 rows of x (the launch bounds: as the x-as-A
-// kernel's for the same rows).
+// The transposed kernels' launch bounds: as the x-as-A kernel's for the same rows, but more CTAs an
+// SM for 5120x17408's variant on sm_90a (K 17408, k split 8, 2 tiles a warp: 320 CTAs of 256 threads,
+// 264 slots on the H200 at two CTAs an SM, 132 at one).
+//   - 1..8 rows (one group of 8 rows): three. The compiler's 83 registers with bf16 x left two, so 56
+//     CTAs ran a second round, while fp16 x (80 registers) fit three, 396 slots: 37.4 / 42.8 us with
+//     bf16 x against 29.2 / 32.3 with fp16 at 1 / 8 rows (benchmarks/results/h200/fp8_dtype_s43.md).
+//     Held to three, bf16 takes 77 registers.
+//   - 17..24 rows (three groups): two (128 registers; the compiler's 129 left one an SM, 2.4 rounds).
+// No spill on sm_90a. Not at 9..16 rows (the fragment-order kernel spills 24 bytes at 80 registers),
+// 25..32 (8 bytes at 128) nor at K 6144 (5120x6144, 1..8 rows: 8 bytes at 80). A launch detail: same bits.
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX) QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1))
+#else
+#define QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX)                               \
+  ((K) == 17408 && (KSPLIT) == 8 && (NT) == 2 && ((NX) == 1 || (NX) == 3)     \
+       ? ((NX) == 1 ? 3 : 2)                                                    \
+       : QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))
+#endif
+
+// The transposed kernel, NX = ceil(M / 8) groups of 8 rows of x.
 template <typename T, int K, int KSPLIT, int NT, int NX>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX))
     fp8_stream_t_kernel(const Fp8BlockParams p) {
   if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1)>(p);
   else fp8_stream_t<T, K, KSPLIT, NT, NX>(p);
@@ -350,7 +368,7 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPL
 // fp8_frag_layout (the x-as-A body's A fragments in one load at 2 groups). Launched by
 // stream_launch.cuh (frag).
 template <typename T, int K, int KSPLIT, int NT, int NX>
-__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1)))
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX))
     fp8_stream_tf_kernel(const Fp8BlockParams p) {
   if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, (NX > 2 ? 2 : 1), true>(p);
   else fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
