@@ -6,9 +6,9 @@
 #
 #   bash benchmarks/lab/rev_ab.sh OUT_DIR REV FILE [FILE ...] -- CMD [ARGS ...]
 #
-# e.g. session 43's FP8 launch bounds (the working tree's csrc/gemm/fp8_stream_kernel.cuh against
-# 9f7cac5's), timed on 5120x17408:
-#   bash benchmarks/lab/rev_ab.sh $OUT 9f7cac5 csrc/gemm/fp8_stream_kernel.cuh -- \
+# e.g. a header edited in the working tree against HEAD's, timed on 5120x17408 (session 43's FP8 launch
+# bounds: benchmarks/results/h200/NOTES.md, the first device step):
+#   bash benchmarks/lab/rev_ab.sh $OUT HEAD csrc/gemm/fp8_stream_kernel.cuh -- \
 #       python3 benchmarks/lab/fp8_dtype_ab.py --shapes 5120x17408 --rows 1,4,8,16,17,24,32
 # Environment: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16). Exits non-zero if a build
 # fails; the working tree's files are restored either way.

@@ -334,17 +334,21 @@ constexpr bool fp8_t_runs_xa() {
 #endif
 }
 
-// The transposed kernels' launch bounds: as the x-as-A kernel's for the same rows, but more CTAs an
-// SM for 5120x17408's variant on sm_90a (K 17408, k split 8, 2 tiles a warp: 320 CTAs of 256 threads,
-// 264 slots on the H200 at two CTAs an SM, 132 at one).
-//   - 1..8 rows (one group of 8 rows): three. The compiler's 83 registers with bf16 x left two, so 56
-//     CTAs ran a second round, while fp16 x (80 registers) fit three, 396 slots: 37.4 / 42.8 us with
-//     bf16 x against 29.2 / 32.3 with fp16 at 1 / 8 rows (benchmarks/results/h200/fp8_dtype_s43.md).
-//     Held to three, bf16 takes 77 registers.
-//   - 17..24 rows (three groups): two (128 registers; the compiler's 129 left one an SM, 2.4 rounds).
-// No spill on sm_90a. Not at 9..16 rows (the fragment-order kernel spills 24 bytes at 80 registers),
-// 25..32 (8 bytes at 128) nor at K 6144 (5120x6144, 1..8 rows: 8 bytes at 80). A launch detail: same bits.
-#ifdef QWEN38_HW_E2M1
+// The transposed kernels' launch bounds: as the x-as-A kernel's for the same rows. QWEN38_FP8_K17408_BOUNDS 1 (a
+// lab setting, off until timed) gives 5120x17408's variant more CTAs an SM on sm_90a (K 17408, k split 8, 2
+// tiles a warp: 320 CTAs of 256 threads, 264 slots on the H200 at two CTAs an SM, 132 at one):
+//   - 1..8 rows (one group of 8 rows): three. The compiler's 83 registers with bf16 x leave two, so 56 CTAs
+//     run a second round, while fp16 x (80 registers) fits three, 396 slots: 37.4 / 42.8 us with bf16 x
+//     against 29.2 / 32.3 with fp16 at 1 / 8 rows (benchmarks/results/h200/fp8_dtype_s43.md). Held to
+//     three, bf16 takes 77 registers.
+//   - 17..24 rows (three groups): two (128 registers; the compiler's 129 leave one an SM, 2.4 rounds).
+// No spill on sm_90a (session 43, ptxas -v). Not at 9..16 rows (the fragment-order kernel spills 24 bytes
+// at 80 registers), 25..32 (8 bytes at 128) nor K 6144 (5120x6144, 1..8 rows: 8 bytes at 80). Same bits
+// (launch bounds only); not yet timed: benchmarks/results/h200/NOTES.md's first device step.
+#ifndef QWEN38_FP8_K17408_BOUNDS
+#define QWEN38_FP8_K17408_BOUNDS 0
+#endif
+#if defined(QWEN38_HW_E2M1) || !QWEN38_FP8_K17408_BOUNDS
 #define QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX) QWEN38_FP8_STREAM_MIN_BLOCKS(KSPLIT, NT, ((NX) > 2 ? 2 : 1))
 #else
 #define QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX)                               \
