@@ -10,6 +10,9 @@
 # bounds: benchmarks/results/h200/NOTES.md, the first device step):
 #   bash benchmarks/lab/rev_ab.sh $OUT HEAD csrc/gemm/fp8_stream_kernel.cuh -- \
 #       python3 benchmarks/lab/fp8_dtype_ab.py --shapes 5120x17408 --rows 1,4,8,16,17,24,32
+# REV resolves in the GPU machine's copy of the repository, whose history may end at the last landed main
+# rather than at a commit made since (session 44: HEAD there was the landed main): the script prints what REV
+# named there; name a landed commit, or keep the base as its own file set.
 # Environment: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16). Exits non-zero if a build
 # fails; the working tree's files are restored either way.
 set -uo pipefail
@@ -38,6 +41,7 @@ build() {  # $1: log name
   fi
 }
 
+echo "rev_ab.sh: $rev is $(git log -1 --format='%h %s' "$rev" 2>/dev/null | cut -c1-100)"
 for f in "${files[@]}"; do git show "$rev:$f" > "$f"; done
 build build_base.txt || exit 1
 echo "== base ($rev)"
