@@ -162,6 +162,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "reading the copy (fp8_stream_tf_kernel), as QWEN38_NVFP4_XFRAG does for nvfp4_linear; other "
          "devices: never (not measured); 1: at every row count 1..32 where it serves (1..8 rows through the "
          "2-group kernel); 0: never. A launch detail: same bits."),
+    Knob("QWEN38_FP8_THREE_CTAS", "auto",
+         "auto (default): on compute capability 9, fp8_block_linear at 17..24 rows where the register-stream "
+         "kernel reads x in the fragment order (QWEN38_FP8_XFRAG) at K = 5120, k split 4 and 4 tiles a warp "
+         "runs that kernel's form held to 168 registers, 3 CTAs an SM (csrc/gemm/fp8_stream_kernel.cuh "
+         "fp8_stream_tf3_kernel; the default form: 216-222 registers, 2; its sm_90a build spills 16-56 bytes, "
+         "allowed by scripts/spill_allow.txt) when that runs the grid in fewer rounds of CTAs (H200: "
+         "34816x5120, 17408x5120, 12288x5120 and 10240x5120; at 17 rows 72.1 -> 63.5, 43.2 -> 38.8, 30.0 -> "
+         "24.6 and 28.7 -> 21.9 us with bf16 x, benchmarks/results/h200/fp8_wide3_s44.md; 16384x5120, whose "
+         "rounds stay 2, lost 33.8 -> 38.3); other devices and the sm_121a build: never; 1: wherever compiled; "
+         "0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_STREAM", "1",
          "1 (default): the FP8 block skinny path (1..32 rows) uses the register-stream kernel where it serves the shape (K 5120, 6144 or 17408, N a multiple of 8 x the tiles per warp; 2 tiles per warp, or 4 at k splits 2 and 4, or 1 at K 5120 with k split 8 (the model's weights of 48 to 1024 rows: all of a warp's steps in flight at once); 17..32 rows with a second m16 tile); narrow: the stream kernel at 1..16 rows only, the skinny kernel at 17..32; 0: the skinny kernel for every row count. A launch detail for A/B timing: same bits."),
     Knob("QWEN38_SPREAD", "1",

@@ -106,6 +106,66 @@ def test_xfrag_copy_keeps_the_stream_kernels_bits(k, ks, nt, skinny_variant):
         _call(x[:9], w)
 
 
+def _random_codes_weight(n: int, k: int, g: torch.Generator) -> f8.FP8BlockWeight:
+    """A weight of random finite e4m3 codes (both signs, no NaN) and random block scales on the GPU: for
+    comparing the bits of two launch forms on the model's large shapes without quantizing them."""
+    mag = torch.randint(0, 127, (n, k), generator=g, device="cuda", dtype=torch.int32)
+    sign = torch.randint(0, 2, (n, k), generator=g, device="cuda", dtype=torch.int32) << 7
+    w = (mag | sign).to(torch.uint8).view(torch.float8_e4m3fn)
+    s = torch.rand((n + 127) // 128, (k + 127) // 128, generator=g, device="cuda") * 1e-3 + 1e-4
+    return f8.FP8BlockWeight(w, s)
+
+
+@pytest.mark.gpu
+def test_three_cta_form_writes_the_fragment_kernels_bits(skinny_variant):
+    """At 17..24 rows (3 groups of 8 rows) the fragment-order kernel at K = 5120, k split 4 and 4 tiles a
+    warp also has a form held to 3 CTAs an SM on sm_90a (fp8_stream_tf3_kernel; QWEN38_FP8_THREE_CTAS):
+    forced on (1) it runs at 17..24 rows only (on compute capability 9) and gives the bits of the default
+    form (0) for bf16 and fp16 activations, with bias and fp32 output, from a strided x, in a CUDA graph;
+    every row of a 32-row call agrees with its 1-row call. Auto (the default) takes it on compute
+    capability 9 where it runs the grid in fewer rounds of CTAs: on a 132-SM GPU 34816x5120, 17408x5120,
+    12288x5120 and 10240x5120 (1088, 544, 384 and 320 CTAs: 264 slots at 2 an SM, 396 at 3), not 16384x5120
+    or 14336x5120 (512, 448: two rounds either way), with the same bits. A knob value other than auto, 0
+    or 1 is an error naming the knob."""
+    n, k = 256, 5120
+    skinny_variant("fp8_block_linear", n, k, 4, 4)
+    w = _weight(n, k, "cuda")
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=71)
+    props = torch.cuda.get_device_properties(0)
+    three = lambda names: any("fp8_stream_tf3_kernel" in s for s in names)  # noqa: E731
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=72)[:, :k]  # row stride k + 64
+        for m in (1, 9, 16, 17, 20, 24, 25, 32):
+            with q.knobs.override(QWEN38_FP8_THREE_CTAS="1"):
+                names = qt.cuda_kernel_names(lambda: _call(x[:m], w))
+            assert three(names) == (props.major == 9 and 17 <= m <= 24), f"{xdt} knob 1, {m} rows: {names}"
+            assert not three(qt.cuda_kernel_names(lambda: _call(x[:m], w))), f"{xdt} auto, 64 CTAs, {m} rows"
+        with q.knobs.override(QWEN38_FP8_THREE_CTAS="0"):
+            qt.assert_knob_keeps_bits(lambda t, *e: _call(t, w, *e), x, "QWEN38_FP8_THREE_CTAS", "1",
+                                      rows=(17, 18, 21, 24), extras=((None, None), (bias, torch.float32)),
+                                      what=f"{xdt} three CTAs: ")
+            want = _call(x[:23], w, bias)
+        with q.knobs.override(QWEN38_FP8_THREE_CTAS="1"):
+            qt.assert_row_invariant(lambda t: _call(t, w), x, max_rows=32)
+            qt.assert_bitwise_equal(qt.assert_graph_equals_eager(lambda t: _call(t, w, bias), x[:23]), want,
+                                    f"{xdt} graph of the 3-CTA form vs the default form")
+    with q.knobs.override(QWEN38_FP8_THREE_CTAS="3"), pytest.raises(ValueError, match="QWEN38_FP8_THREE_CTAS"):
+        _call(x[:17], w)
+    if (props.major, props.multi_processor_count) != (9, 132):
+        return
+    g = torch.Generator(device="cuda").manual_seed(73)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=74)
+    for nn in (34816, 17408, 12288, 10240, 16384, 14336):
+        skinny_variant("fp8_block_linear", nn, k, 4, 4)
+        wb = _random_codes_weight(nn, k, g)
+        for m in (16, 17, 24, 25):
+            got = three(qt.cuda_kernel_names(lambda: _call(x[:m], wb)))
+            assert got == (nn not in (16384, 14336) and 17 <= m <= 24), f"auto, {nn}x{k}, {m} rows"
+        qt.assert_knob_keeps_bits(lambda t: _call(t, wb), x, "QWEN38_FP8_THREE_CTAS", "0", rows=(17, 24),
+                                  what=f"{nn}x{k} auto: ")
+        del wb
+
+
 @pytest.mark.gpu
 def test_stream_kernel_decodes_every_e4m3_code(skinny_variant):
     """test_every_e4m3_code_is_decoded_exactly through the register-stream kernel (K = 5120, 16

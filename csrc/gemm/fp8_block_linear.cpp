@@ -203,6 +203,8 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   // 33..64 rows (auto) or chunked: the skinny kernel on 32-row slices (each row still bit-identical
   // to its 1-row call; the weight is read once per slice).
   Fp8Launch c(p);
+  // QWEN38_FP8_THREE_CTAS: the fragment-order kernel's 3-CTA form at 17..24 rows (stream_launch.cuh use_four)
+  c.four = knob_choice(kOp, "QWEN38_FP8_THREE_CTAS", "auto", -1, {0, 1});
   const XfragBuffer xf = xfrag_buffer(kOp, "QWEN38_FP8_XFRAG", p.stream != 0 && fp8_frag_serves(k, v), x, m, k);
   if (xf.from > 0) {
     c.xfrag = xf.buf.data_ptr();

@@ -37,6 +37,9 @@ struct Fp8Launch : Fp8BlockParams {
                                   // buffer of 32 rows of x (K x 32 elements) for x in the fragment
                                   // order (stream_launch.cuh frag), used at xfrag_from rows and
   int xfrag_from = 9;             // more (null: never); changes no bit
+  int four = -1;                  // the fragment-order kernel's 3-CTA form at 17..24 rows (K 5120, k
+                                  // split 4, 4 tiles a warp; sm_90a): 1 = wherever compiled, 0 = never,
+                                  // -1 = by the grid's rounds (stream_launch.cuh use_four); changes no bit
 };
 
 // v: the launch variant of the weight shape (skinny_variants.h).

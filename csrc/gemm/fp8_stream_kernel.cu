@@ -45,8 +45,17 @@ struct Fp8StreamOf {
   static constexpr bool kWaveFit = false;
   template <int K, int KS, int NT>
   static constexpr bool kStagedServes = false;  // (no staged form)
+  // the fragment-order kernel's 3-CTA form at 3 groups (fp8_stream_tf3_kernel: K 5120, k split 4, 4 tiles a
+  // warp, 17..24 rows; sm_90a only), taken where it needs fewer rounds of CTAs (stream_launch.cuh use_four)
   template <typename T, int K, int KS, int NT, int MT>
-  static constexpr bool kFour = false;  // (no 4-CTA form: 216-246 registers at 17..32 rows)
+#ifdef QWEN38_HW_E2M1
+  static constexpr bool kFour = false;
+#else
+  static constexpr bool kFour = K == 5120 && KS == 4 && NT == 4 && MT == 3;
+#endif
+  template <typename T, int K, int KS, int NT, int MT>
+  static constexpr auto four_fn = fp8_stream_tf3_kernel<T, K, KS, NT, MT>;
+  static constexpr bool kFourByRounds = true;
 };
 using L = StreamLaunch<Fp8StreamOf, Fp8Launch>;
 

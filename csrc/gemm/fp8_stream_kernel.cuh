@@ -387,4 +387,21 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT
   else fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
 
+// The fragment-order kernel at 3 groups (17..24 rows) held to 3 CTAs an SM, 168 registers (the default
+// form's K 5120 / k split 4 / 4 tiles build on sm_90a: 216 / 222 registers with bf16 / fp16 x, 2 an SM): the
+// same body, the same bits; it spills 56 / 16 bytes there (allowed by name, scripts/spill_allow.txt). The
+// launcher takes it on compute capability 9 where it runs the grid in fewer rounds of CTAs than the default
+// form (stream_launch.cuh use_four; fp8_stream_kernel.cu Fp8StreamOf; knob QWEN38_FP8_THREE_CTAS). H200, us at
+// 17 / 24 rows with bf16 x (benchmarks/results/h200/fp8_wide3_s44.md, every held kernel of the variant at 3
+// an SM against the compiler's choice): 34816x5120 (1088 CTAs: 5 rounds -> 3) 72.1 / 71.8 -> 63.5 / 63.8,
+// 17408x5120 (544: 3 -> 2) 43.2 / 42.8 -> 38.8 / 39.0, 12288x5120 (384: 2 -> 1) 30.0 / 30.1 -> 24.6 / 24.7,
+// 10240x5120 (320: 2 -> 1) 28.7 / 28.8 -> 21.9 / 21.9; where the rounds stay (16384x5120, 512 CTAs: 2 and 2)
+// slower: 33.8 / 33.9 -> 38.3 / 38.3. At 4 groups (25..32 rows) the same cap spilled 96 bytes and was slower
+// on every shape but 10240x5120: not compiled.
+template <typename T, int K, int KSPLIT, int NT, int NX>
+__global__ void __launch_bounds__(32 * KSPLIT, 3) fp8_stream_tf3_kernel(const Fp8BlockParams p) {
+  static_assert(NX == 3 && !fp8_t_runs_xa<T, KSPLIT, NT, NX>(), "the transposed body at 3 groups");
+  fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
+}
+
 }  // namespace qwen38::gemm

@@ -43,6 +43,7 @@ struct Nvfp4StreamOf {
       std::is_same_v<T, __nv_bfloat16> && K == 5120 && KS == 4 && NT == 4 && (MT == 3 || MT == 4);
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto four_fn = nvfp4_stream_tf4_kernel<T, K, KS, NT, MT>;
+  static constexpr bool kFourByRounds = false;  // (taken where it alone runs the grid in one round)
   template <int K, int KS>
   static constexpr bool kClusters = kStreamClusters<K, KS>;
   template <int KS, int NT, int MT>

@@ -16,8 +16,8 @@
 // as `fn`; P has the buffer, xfrag and xfrag_from; frag below).
 // `kOneGroupXa`: 1..8 rows may run the 2-group instantiation (the x-as-A body; use_one_group_xa below).
 // `template <typename T, int K, int KS, int NT, int MT> kFour`: the fragment-order kernel of MT groups
-// also has a form held to 4 CTAs an SM (then `four_fn`, same arguments as `fn`; P has `four`;
-// use_four below).
+// also has a form held to more CTAs an SM (4 for NVFP4, 3 for FP8; then `four_fn`, same arguments as `fn`,
+// and `kFourByRounds`, the rule of auto; P has `four`; use_four below).
 // `kRowGroups`: the kernels at 2 and 4 tiles a warp are compiled per group count of 8 rows of x,
 // ceil(M / 8) = 1..4 (the transposed kernels, fp8_stream_t_kernel and nvfp4_stream_t_kernel), passed
 // as the MT argument; the others per m16 tile.
@@ -267,12 +267,31 @@ struct StreamLaunch {
   // 27.3 -> 23.2 / 22.9; forced elsewhere 4-12% slower, ab_s24_four_ctas.txt); wave_fit then takes 4
   // an SM (one round). A launch detail that changes no bit. The first call per (kernel, device, grid)
   // queries; later calls read a cache.
+  // With Of::kFourByRounds (FP8's 3-CTA form, fp8_stream_kernel.cuh fp8_stream_tf3_kernel) auto takes the
+  // form where it runs the grid in fewer rounds of CTAs than the default form (fewer_rounds below).
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t use_four(const P& p, int64_t tiles, bool* out) {
     *out = p.four > 0;
     if (p.four >= 0) return cudaSuccess;
-    return one_round_only(Of::template frag_fn<T, K, KS, NT, MT>, 0, Of::template four_fn<T, K, KS, NT, MT>, 0,
-                          32 * KS, tiles, out);
+    if constexpr (Of::kFourByRounds)
+      return fewer_rounds(Of::template frag_fn<T, K, KS, NT, MT>, Of::template four_fn<T, K, KS, NT, MT>, 32 * KS,
+                          tiles, out);
+    else
+      return one_round_only(Of::template frag_fn<T, K, KS, NT, MT>, 0, Of::template four_fn<T, K, KS, NT, MT>, 0,
+                            32 * KS, tiles, out);
+  }
+  // cc9_rule's test of FP8's 3-CTA form: kernel b runs the grid of `tiles` CTAs in fewer rounds (ceil(tiles /
+  // (occupancy x SMs))) than kernel a, both without dynamic shared memory
+  template <typename FA, typename FB>
+  static cudaError_t fewer_rounds(FA a, FB b, int threads, int64_t tiles, bool* out) {
+    return cc9_rule(reinterpret_cast<const void*>(b), tiles, out, [&](int sms, bool* use) {
+      int occ_a = 0, occ_b = 0;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_a, a, threads, 0)) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_b, b, threads, 0)) return e;
+      const int64_t slots_a = int64_t(occ_a) * sms, slots_b = int64_t(occ_b) * sms;
+      *use = slots_a > 0 && slots_b > 0 && (tiles + slots_b - 1) / slots_b < (tiles + slots_a - 1) / slots_a;
+      return cudaSuccess;
+    });
   }
 
   template <typename T, int K, int KS, int NT, int MT>
