@@ -46,13 +46,10 @@ struct Fp8StreamOf {
   template <int K, int KS, int NT>
   static constexpr bool kStagedServes = false;  // (no staged form)
   // the fragment-order kernel's 3-CTA form at 3 groups (fp8_stream_tf3_kernel: K 5120, k split 4, 4 tiles a
-  // warp, 17..24 rows; sm_90a only), taken where it needs fewer rounds of CTAs (stream_launch.cuh use_four)
+  // warp, 17..24 rows; held to 3 CTAs an SM on sm_90a), taken where it needs fewer rounds of CTAs
+  // (stream_launch.cuh use_four). (Not conditional on the device pass's arch: the host pass must see the same.)
   template <typename T, int K, int KS, int NT, int MT>
-#ifdef QWEN38_HW_E2M1
-  static constexpr bool kFour = false;
-#else
   static constexpr bool kFour = K == 5120 && KS == 4 && NT == 4 && MT == 3;
-#endif
   template <typename T, int K, int KS, int NT, int MT>
   static constexpr auto four_fn = fp8_stream_tf3_kernel<T, K, KS, NT, MT>;
   static constexpr bool kFourByRounds = true;

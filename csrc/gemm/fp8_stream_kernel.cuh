@@ -397,11 +397,19 @@ __global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT
 // 17408x5120 (544: 3 -> 2) 43.2 / 42.8 -> 38.8 / 39.0, 12288x5120 (384: 2 -> 1) 30.0 / 30.1 -> 24.6 / 24.7,
 // 10240x5120 (320: 2 -> 1) 28.7 / 28.8 -> 21.9 / 21.9; where the rounds stay (16384x5120, 512 CTAs: 2 and 2)
 // slower: 33.8 / 33.9 -> 38.3 / 38.3. At 4 groups (25..32 rows) the same cap spilled 96 bytes and was slower
-// on every shape but 10240x5120: not compiled.
+// on every shape but 10240x5120: not compiled. The hardware-decode build (sm_121a) compiles it with the default
+// form's bounds (the launcher's auto never takes it there; a forced knob runs it, with the same bits).
+#ifdef QWEN38_HW_E2M1
+#define QWEN38_FP8_THREE_MIN_BLOCKS(K, KSPLIT, NT, NX) QWEN38_FP8_T_MIN_BLOCKS(K, KSPLIT, NT, NX)
+#else
+#define QWEN38_FP8_THREE_MIN_BLOCKS(K, KSPLIT, NT, NX) 3
+#endif
 template <typename T, int K, int KSPLIT, int NT, int NX>
-__global__ void __launch_bounds__(32 * KSPLIT, 3) fp8_stream_tf3_kernel(const Fp8BlockParams p) {
-  static_assert(NX == 3 && !fp8_t_runs_xa<T, KSPLIT, NT, NX>(), "the transposed body at 3 groups");
-  fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
+__global__ void __launch_bounds__(32 * KSPLIT, QWEN38_FP8_THREE_MIN_BLOCKS(K, KSPLIT, NT, NX))
+    fp8_stream_tf3_kernel(const Fp8BlockParams p) {
+  static_assert(NX == 3, "3 groups of 8 rows");
+  if constexpr (fp8_t_runs_xa<T, KSPLIT, NT, NX>()) fp8_stream_xa<T, K, KSPLIT, NT, 2, true>(p);
+  else fp8_stream_t<T, K, KSPLIT, NT, NX, true>(p);
 }
 
 }  // namespace qwen38::gemm
