@@ -336,7 +336,7 @@ constexpr bool fp8_t_runs_xa() {
 
 // The transposed kernels' launch bounds: as the x-as-A kernel's for the same rows, except on sm_90a for the
 // variant of the 5120-row weights (k split 8, 2 tiles a warp: 320 CTAs of 256 threads; 264 slots on 132 SMs at two
-// CTAs an SM, 132 at one), where more CTAs an SM put the grid in one round: three an SM at 1..16 rows (one or two
+// CTAs an SM, 132 at one), where more CTAs an SM put the grid in fewer rounds: three an SM at 1..16 rows (one or two
 // groups of 8 rows), two at 17..32 (three or four groups) for K 17408 (5120x17408), 17..24 for K 6144 (5120x6144).
 // The compiler's choice was two / two / one / one (bf16 x: 83, 104, 129, 149 registers at K 17408; 105, 128, 144,
 // 217 at K 6144); fp16 x at K 17408 and 1..8 rows took 80 and fitted three, which is why bf16 x was the slower there
