@@ -187,18 +187,25 @@ struct StreamLaunch {
     return one_round_only(Of::template fn<T, K, KS, NT, MT>, 0, Of::template staged_fn<T, K, KS, NT, MT>,
                           Of::template kStagedBytes<KS, NT>, 32 * KS, tiles, out);
   }
-  // cc9_rule's test of the staged and the 4-CTA forms: the grid of `tiles` CTAs fits in one round of
-  // kernel b (its occupancy x SMs >= the grid) and not of kernel a (the default form)
-  template <typename FA, typename FB>
-  static cudaError_t one_round_only(FA a, size_t a_smem, FB b, size_t b_smem, int threads, int64_t tiles,
-                                    bool* out) {
+  // cc9_rule over the slots (occupancy x SMs) of kernel a (the default form) and kernel b (the other form):
+  // test(slots_a, slots_b) decides whether b runs the grid of `tiles` CTAs
+  template <typename FA, typename FB, typename Test>
+  static cudaError_t slots_rule(FA a, size_t a_smem, FB b, size_t b_smem, int threads, int64_t tiles, bool* out,
+                                Test&& test) {
     return cc9_rule(reinterpret_cast<const void*>(b), tiles, out, [&](int sms, bool* use) {
       int occ_a = 0, occ_b = 0;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_a, a, threads, a_smem)) return e;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_b, b, threads, b_smem)) return e;
-      *use = int64_t(occ_a) * sms < tiles && int64_t(occ_b) * sms >= tiles;
+      *use = test(int64_t(occ_a) * sms, int64_t(occ_b) * sms);
       return cudaSuccess;
     });
+  }
+  // The staged and NVFP4's 4-CTA forms: the grid fits in one round of kernel b and not of kernel a
+  template <typename FA, typename FB>
+  static cudaError_t one_round_only(FA a, size_t a_smem, FB b, size_t b_smem, int threads, int64_t tiles,
+                                    bool* out) {
+    return slots_rule(a, a_smem, b, b_smem, threads, tiles, out,
+                      [tiles](int64_t sa, int64_t sb) { return sa < tiles && sb >= tiles; });
   }
   template <typename T, int K, int KS, int NT, int MT>
   static cudaError_t staged(const P& p, int64_t tiles, bool pdl, cudaStream_t stream) {
@@ -280,17 +287,12 @@ struct StreamLaunch {
       return one_round_only(Of::template frag_fn<T, K, KS, NT, MT>, 0, Of::template four_fn<T, K, KS, NT, MT>, 0,
                             32 * KS, tiles, out);
   }
-  // cc9_rule's test of FP8's 3-CTA form: kernel b runs the grid of `tiles` CTAs in fewer rounds (ceil(tiles /
-  // (occupancy x SMs))) than kernel a, both without dynamic shared memory
+  // FP8's 3-CTA form: kernel b runs the grid in fewer rounds (ceil(tiles / slots)) than kernel a, both without
+  // dynamic shared memory
   template <typename FA, typename FB>
   static cudaError_t fewer_rounds(FA a, FB b, int threads, int64_t tiles, bool* out) {
-    return cc9_rule(reinterpret_cast<const void*>(b), tiles, out, [&](int sms, bool* use) {
-      int occ_a = 0, occ_b = 0;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_a, a, threads, 0)) return e;
-      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_b, b, threads, 0)) return e;
-      const int64_t slots_a = int64_t(occ_a) * sms, slots_b = int64_t(occ_b) * sms;
-      *use = slots_a > 0 && slots_b > 0 && (tiles + slots_b - 1) / slots_b < (tiles + slots_a - 1) / slots_a;
-      return cudaSuccess;
+    return slots_rule(a, 0, b, 0, threads, tiles, out, [tiles](int64_t sa, int64_t sb) {
+      return sa > 0 && sb > 0 && (tiles + sb - 1) / sb < (tiles + sa - 1) / sa;
     });
   }
 
