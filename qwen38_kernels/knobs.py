@@ -152,8 +152,22 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "launch detail: same bits."),
     Knob("QWEN38_NVFP4_XSHARE", "1",
          "1 (default): nvfp4_linear on weights of few rows at K = 5120 and k split 8 (with QWEN38_NVFP4_STREAM=1: N a multiple of 8 up to 128 at 1..32 rows, the model's 48- and 96-row weights; N a multiple of 16 up to 1024 at 9..32 rows, its 1024-row ones) runs the x-shared kernel (csrc/gemm/nvfp4_xshare_kernel.cuh): clusters of 8 CTAs, one per k-split warp, each CTA copying its k range of x into shared memory once for all its tiles, every weight step in flight from the start, the partials sent by st.async and summed in warp order in the cluster's shared memory (H200, x cold, PDL: 48x5120 at 1 / 16 / 32 rows 2.36 / 2.75 / 3.33 us against the stream kernel's 3.01 / 3.72 / 4.66, 1024x5120 at 16 / 32 rows 4.60 / 5.78 against 5.28 / 7.55; benchmarks/lab/xshare_lab.cu); where the device cannot place the clusters, the stream kernel; 0: the stream kernel. A launch detail: same bits."),
+    Knob("QWEN38_NVFP4_XSPLIT", "auto",
+         "nvfp4_linear at 1..32 rows on the large weights' variants (K = 5120 at k split 4 and 4 tiles a warp; "
+         "K = 17408 / 6144 at k split 8 and 4 tiles) through the k-split-across-CTAs kernel "
+         "(csrc/gemm/xsplit_kernel.cuh): a cluster of k split CTAs holds the k split, the warps of a CTA are "
+         "tile groups sharing one copy of x's k range staged in shared memory, so x crosses L2 once a cluster "
+         "instead of once a tile group; the partials are summed in k-split order (the register-stream "
+         "kernel's bits). auto (default): never (measured in benchmarks/lab/xsplit_lab.cu, session 45); "
+         "1: wherever compiled and the device places the clusters; 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
          "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in tiles of 64 or 128 rows x 128 columns (bf16 or fp16 x; within the float64 bound, each row independent of the others and of the row count, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 64 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: measured on the H200), 33 on a read-bound GPU (compute capability 12 such as GB10: the weight read once instead of once per slice); chunked below."),
+    Knob("QWEN38_FP8_XSPLIT", "auto",
+         "fp8_block_linear at 1..32 rows on the large weights' variants (K = 5120 at k split 4 and 4 tiles a "
+         "warp; K = 17408 / 6144 at k split 8 and 2 tiles) through the k-split-across-CTAs kernel "
+         "(csrc/gemm/xsplit_kernel.cuh; as QWEN38_NVFP4_XSPLIT). auto (default): never (measured in "
+         "benchmarks/lab/xsplit_lab.cu, session 45); 1: wherever compiled and the device places the "
+         "clusters; 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_XFRAG", "auto",
          "auto (default): on compute capability 9, fp8_block_linear at 9..32 rows (each 32-row slice of 9 "
          "rows or more) through the register-stream kernel at K = 5120 and k split 4 (2 and 4 tiles a warp: "

@@ -205,6 +205,8 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& w, const
   Fp8Launch c(p);
   // QWEN38_FP8_THREE_CTAS: the fragment-order kernel's 3-CTA form at 17..24 rows (stream_launch.cuh use_four)
   c.four = knob_choice(kOp, "QWEN38_FP8_THREE_CTAS", "auto", -1, {0, 1});
+  // QWEN38_FP8_XSPLIT: the k-split-across-CTAs kernel (xsplit_kernel.cu)
+  c.xsplit = knob_choice(kOp, "QWEN38_FP8_XSPLIT", "auto", -1, {0, 1});
   const XfragBuffer xf = xfrag_buffer(kOp, "QWEN38_FP8_XFRAG", p.stream != 0 && fp8_frag_serves(k, v), x, m, k);
   if (xf.from > 0) {
     c.xfrag = xf.buf.data_ptr();

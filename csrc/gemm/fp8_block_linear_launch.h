@@ -40,6 +40,9 @@ struct Fp8Launch : Fp8BlockParams {
   int four = -1;                  // the fragment-order kernel's 3-CTA form at 17..24 rows (K 5120, k
                                   // split 4, 4 tiles a warp; sm_90a): 1 = wherever compiled, 0 = never,
                                   // -1 = by the grid's rounds (stream_launch.cuh use_four); changes no bit
+  int xsplit = -1;                // the k-split-across-CTAs kernel (xsplit_kernel.cuh) where compiled for the
+                                  // variant: 1 = at every row count, 0 = never, -1 = where its rule takes it
+                                  // (xsplit_kernel.cu); changes no bit
 };
 
 // v: the launch variant of the weight shape (skinny_variants.h).
@@ -54,6 +57,11 @@ bool fp8_stream_serves(const Fp8BlockParams& p, const SkinnyVariant& v);
 bool fp8_frag_serves(int64_t k, const SkinnyVariant& v);
 cudaError_t launch_fp8_stream(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                               cudaStream_t stream);
+// The k-split-across-CTAs kernel (xsplit_kernel.cuh): the register-stream kernel's bits for K 5120 at k split 4
+// and 4 tiles a warp and K 17408 / 6144 at k split 8 and 2 tiles, the k split held by the CTAs of a cluster
+// sharing one staged copy of x; launch_fp8_block_skinny takes it where p.xsplit and the rule say so.
+bool fp8_xsplit_serves(const Fp8Launch& p, const SkinnyVariant& v);
+cudaError_t launch_fp8_xsplit(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The "mma" prefill strategy (fp8_prefill_kernel.cu): more than 32 rows through mma.sync tiles of
 // 128 rows x 128 columns, the contract's block arithmetic; K a positive multiple of 16; x rows and

@@ -202,6 +202,7 @@ void run_skinny_chunks(const at::Tensor& x, const Nvfp4Params& params, const Ski
   p.staged = staged_mode();
   p.one_group = one_group_mode();
   p.four = four_ctas_mode();
+  p.xsplit = knob_choice(kOp, "QWEN38_NVFP4_XSPLIT", "auto", -1, {0, 1});  // (xsplit_kernel.cu)
   p.cluster = skinny_cluster(kOp);
   const XfragBuffer xf =
       xfrag_buffer(kOp, "QWEN38_NVFP4_XFRAG", p.stream && nvfp4_frag_serves(p.k, v), x, m, p.k, true);

@@ -23,6 +23,7 @@ struct Nvfp4Kernel {
 cudaError_t launch_nvfp4_skinny(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl,
                                 cudaStream_t stream) {
   if (p.stream && nvfp4_xshare_serves(p, v)) return launch_nvfp4_xshare(act, p, pdl, stream);
+  if (p.stream && nvfp4_xsplit_serves(p, v)) return launch_nvfp4_xsplit(act, p, v, pdl, stream);
   if (p.stream && nvfp4_stream_serves(p, v)) return launch_nvfp4_stream(act, p, v, pdl, stream);
   return launch_skinny<Nvfp4Kernel>(act, p, v, pdl, stream);
 }

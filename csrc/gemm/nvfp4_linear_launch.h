@@ -59,6 +59,9 @@ struct Nvfp4Launch : Nvfp4Params {
                                    // split 4, 4 tiles a warp): 1 = its form held to 4 CTAs an SM, 0 =
                                    // never, -1 = by the grid's rounds (stream_launch.cuh use_four);
                                    // changes no bit
+  int xsplit = -1;                 // the k-split-across-CTAs kernel (xsplit_kernel.cuh) where compiled for
+                                   // the variant: 1 = at every row count, 0 = never, -1 = where its rule
+                                   // takes it (xsplit_kernel.cu); changes no bit
 };
 
 // Rows this kernel serves in one launch (1..kSkinnyMaxRows).
@@ -83,6 +86,13 @@ cudaError_t launch_nvfp4_stream(Act act, const Nvfp4Launch& p, const SkinnyVaria
 // are set.
 bool nvfp4_xshare_serves(const Nvfp4Params& p, const SkinnyVariant& v);
 cudaError_t launch_nvfp4_xshare(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream);
+
+// The k-split-across-CTAs kernel (xsplit_kernel.cuh): the register-stream kernel's bits for the large weights'
+// variants (nvfp4_xsplit_serves: K 5120 at k split 4 and 4 tiles a warp, K 17408 / 6144 at k split 8 and 4 tiles)
+// with the k split held by the CTAs of a cluster, whose warps share one staged copy of x; launch_nvfp4_skinny
+// takes it where p.xsplit and the rule say so and the device places the clusters.
+bool nvfp4_xsplit_serves(const Nvfp4Launch& p, const SkinnyVariant& v);
+cudaError_t launch_nvfp4_xsplit(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream);
 
 // The "mma" prefill strategy (nvfp4_prefill_kernel.cu): more than 32 rows through mma.sync tiles of
 // 64 or 128 rows x 128 columns, the weight decoded in registers; x rows and w 16-byte aligned, w_scale

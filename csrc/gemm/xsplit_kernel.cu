@@ -1,0 +1,137 @@
+// Instantiations and launch of the k-split-across-CTAs kernels (xsplit_kernel.cuh) for the variants of the
+// model's large weights: NVFP4 K 5120 at k split 4 and 4 tiles a warp (34816 .. 6144 x 5120), K 17408 / 6144 at
+// k split 8 and 4 tiles (5120x17408, 5120x6144); FP8 K 5120 at k split 4 and 4 tiles, K 17408 / 6144 at k split
+// 8 and 2 tiles. CTAs of 4 tile groups (fewer where the tiles do not divide), clusters of k split CTAs.
+#include <map>
+#include <mutex>
+
+#include "common/launch.cuh"
+#include "gemm/xsplit_kernel.cuh"
+
+namespace qwen38::gemm {
+namespace {
+
+// x stages and weight steps ahead by row range (1..16 rows: MT 1; 17..32: MT 2)
+template <int MT>
+constexpr int kStagesOf = MT == 1 ? 4 : 3;
+template <int MT>
+constexpr int kDepthOf = MT == 1 ? 2 : 1;
+
+template <bool kFp8, typename T, int K, int KS, int NT, int MT>
+constexpr auto kernel_of() {
+  if constexpr (kFp8) return fp8_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<MT>, kDepthOf<MT>>;
+  else return nvfp4_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<MT>, kDepthOf<MT>>;
+}
+
+// tile groups of a CTA: 4, or fewer where the cluster's tiles would not divide the weight's
+int groups_of(int64_t n, int nt) {
+  for (int g = 4; g > 1; g /= 2)
+    if (n % (8 * nt * g) == 0) return g;
+  return 1;
+}
+
+// Whether the device places a cluster of KS CTAs of `fn` (4 tile groups, the larger row range's shared memory).
+// Cached per (kernel, device).
+template <typename F>
+bool clusters_fit(F fn, int ks, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int fit = 0;
+  const cudaError_t e =
+      cached_query(mu, cache, std::make_pair(reinterpret_cast<const void*>(fn), dev), &fit, [&](int* ok) {
+        *ok = 0;
+        size_t room = 0;
+        int n = 0;
+        if (dynamic_smem_room(fn, &room) != cudaSuccess || room < smem ||
+            max_active_clusters(fn, dim3(unsigned(ks)), dim3(128), smem, ks, &n) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return cudaSuccess;
+        }
+        *ok = n >= 1;
+        return cudaSuccess;
+      });
+  return e == cudaSuccess && fit != 0;
+}
+
+// The variant's compiled (K, k split, NT) at m rows: 0 none, else the tiles a warp
+template <bool kFp8>
+int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
+  const int nt = m <= 16 ? v.nt_narrow : v.nt_wide;
+  if (k == 5120) return v.ksplit == 4 && nt == 4 ? 4 : 0;
+  if (k == 17408 || k == 6144) return v.ksplit == 8 && nt == (kFp8 ? 2 : 4) ? nt : 0;
+  return 0;
+}
+
+// The rule (xsplit -1): measured per row range in benchmarks/lab/xsplit_lab.cu.
+bool xsplit_rule(int64_t m, int64_t k) {
+  (void)m;
+  (void)k;
+  return false;
+}
+
+template <bool kFp8, typename P>
+bool serves(const P& p, const SkinnyVariant& v) {
+  if (p.xsplit == 0 || (p.xsplit < 0 && !xsplit_rule(p.m, p.k)) || p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0)
+    return false;
+  const int nt = compiled_nt<kFp8>(p.k, v, p.m);
+  if (nt == 0 || p.n % (8 * nt) != 0) return false;
+  // rows 16-byte aligned for the copies
+  if (p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
+  using T = __nv_bfloat16;
+  const size_t smem = xsplit_smem_bytes(v.ksplit, 2, kStagesOf<2>, 4, nt);
+  if (p.k == 5120) return clusters_fit(kernel_of<kFp8, T, 5120, 4, 4, 2>(), 4, smem);
+  if constexpr (kFp8) return clusters_fit(kernel_of<kFp8, T, 17408, 8, 2, 2>(), 8, smem);
+  else return clusters_fit(kernel_of<kFp8, T, 17408, 8, 4, 2>(), 8, smem);
+}
+
+template <bool kFp8, typename T, int K, int KS, int NT, int MT, typename P>
+cudaError_t launch_typed(const P& p, bool pdl, cudaStream_t stream) {
+  auto fn = kernel_of<kFp8, T, K, KS, NT, MT>();
+  const int groups = groups_of(p.n, NT);
+  const size_t smem = xsplit_smem_bytes(KS, MT, kStagesOf<MT>, groups, NT);
+  size_t room = 0;
+  if (cudaError_t e = dynamic_smem_room(fn, &room)) return e;
+  if (smem > room) return cudaErrorInvalidConfiguration;
+  const int64_t clusters = p.n / (8 * NT * groups);
+  const auto& kp = static_cast<const std::conditional_t<kFp8, Fp8BlockParams, Nvfp4Params>&>(p);
+  return launch_kernel_cluster(fn, dim3(unsigned(clusters * KS)), dim3(unsigned(32 * groups)), smem, stream, pdl, KS,
+                               kp);
+}
+
+template <bool kFp8, typename T, int K, int KS, int NT, typename P>
+cudaError_t launch_rows(const P& p, bool pdl, cudaStream_t stream) {
+  return p.m > 16 ? launch_typed<kFp8, T, K, KS, NT, 2>(p, pdl, stream)
+                  : launch_typed<kFp8, T, K, KS, NT, 1>(p, pdl, stream);
+}
+
+template <bool kFp8, typename T, typename P>
+cudaError_t launch_k(const P& p, bool pdl, cudaStream_t stream) {
+  constexpr int kWideNt = kFp8 ? 2 : 4;
+  if (p.k == 5120) return launch_rows<kFp8, T, 5120, 4, 4>(p, pdl, stream);
+  if (p.k == 17408) return launch_rows<kFp8, T, 17408, 8, kWideNt>(p, pdl, stream);
+  if (p.k == 6144) return launch_rows<kFp8, T, 6144, 8, kWideNt>(p, pdl, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+bool nvfp4_xsplit_serves(const Nvfp4Launch& p, const SkinnyVariant& v) { return serves<false>(p, v); }
+bool fp8_xsplit_serves(const Fp8Launch& p, const SkinnyVariant& v) { return serves<true>(p, v); }
+
+cudaError_t launch_nvfp4_xsplit(Act act, const Nvfp4Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
+  (void)v;
+  if (act == Act::kBF16) return launch_k<false, __nv_bfloat16>(p, pdl, stream);
+  return launch_k<false, __half>(p, pdl, stream);
+}
+cudaError_t launch_fp8_xsplit(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl, cudaStream_t stream) {
+  (void)v;
+  if (act == Act::kBF16) return launch_k<true, __nv_bfloat16>(p, pdl, stream);
+  return launch_k<true, __half>(p, pdl, stream);
+}
+
+}  // namespace qwen38::gemm

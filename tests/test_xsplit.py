@@ -1,0 +1,82 @@
+"""The k-split-across-CTAs kernels (csrc/gemm/xsplit_kernel.cuh; knobs QWEN38_NVFP4_XSPLIT, QWEN38_FP8_XSPLIT):
+forced on, nvfp4_linear and fp8_block_linear on the large weights' variants run them at every row count 1..32
+and give the bits of the register-stream kernel (knob 0) for bf16 and fp16 x, with bias and fp32 output, from a
+strided x, in a CUDA graph; every row of a 32-row call agrees with its 1-row call; other variants never run them;
+a bad knob value is an error naming the knob."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qwen38_kernels as q
+from qwen38_kernels import formats, formats_fp8 as f8
+from qwen38_kernels import testing as qt
+
+OPS = torch.ops.qwen38
+
+
+def _nvfp4(n, k):
+    g = torch.Generator().manual_seed(n * 3 + k)
+    w = (torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16)
+    nw = formats.quantize_nvfp4(w)
+    return lambda x, *e: OPS.nvfp4_linear(x, nw.packed.cuda(), nw.scale.cuda(), nw.global_scale.cuda(), *e)
+
+
+def _fp8(n, k):
+    g = torch.Generator().manual_seed(n * 5 + k)
+    w = f8.quantize_fp8_block((torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16))
+    wc, sc = w.weight.cuda(), w.weight_scale_inv.cuda()
+    return lambda x, *e: OPS.fp8_block_linear(x, wc, sc, *e)
+
+
+# (op, knob, weight maker, n, k, k split, tiles a warp): the variants compiled (xsplit_kernel.cu)
+CASES = [
+    ("nvfp4_linear", "QWEN38_NVFP4_XSPLIT", _nvfp4, 256, 5120, 4, 4),
+    ("nvfp4_linear", "QWEN38_NVFP4_XSPLIT", _nvfp4, 160, 17408, 8, 4),  # 5 tiles of 4: CTAs of 1 tile group
+    ("nvfp4_linear", "QWEN38_NVFP4_XSPLIT", _nvfp4, 128, 6144, 8, 4),
+    ("fp8_block_linear", "QWEN38_FP8_XSPLIT", _fp8, 256, 5120, 4, 4),
+    ("fp8_block_linear", "QWEN38_FP8_XSPLIT", _fp8, 192, 17408, 8, 2),  # 12 tiles of 2: CTAs of 4 tile groups
+    ("fp8_block_linear", "QWEN38_FP8_XSPLIT", _fp8, 64, 6144, 8, 2),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[3]}x{c[4]}")
+def test_xsplit_writes_the_stream_kernels_bits(case, skinny_variant):
+    op, knob, make, n, k, ks, nt = case
+    if torch.cuda.get_device_properties(0).major < 9:
+        pytest.skip("thread-block clusters need compute capability 9 or more")
+    skinny_variant(op, n, k, ks, nt)
+    call = make(n, k)
+    bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=81)
+    xsplit = lambda names: any("xsplit_kernel" in s for s in names)  # noqa: E731
+    for xdt in (torch.bfloat16, torch.float16):
+        x = qt.randn_nonzero(32, k + 64, dtype=xdt, device="cuda", seed=82)[:, :k]  # row stride k + 64
+        for m in (1, 9, 16, 17, 32):
+            with q.knobs.override(**{knob: "1"}):
+                assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 1, {m} rows"
+            with q.knobs.override(**{knob: "0"}):
+                assert not xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 0, {m} rows"
+        with q.knobs.override(**{knob: "0"}):
+            qt.assert_knob_keeps_bits(call, x, knob, "1", rows=(1, 2, 8, 9, 16, 17, 24, 25, 32),
+                                      extras=((None, None), (bias, torch.float32)), what=f"{op} {n}x{k} {xdt}: ")
+            want = call(x[:23], bias)
+        with q.knobs.override(**{knob: "1"}):
+            qt.assert_row_invariant(lambda t: call(t), x, max_rows=32)
+            qt.assert_bitwise_equal(qt.assert_graph_equals_eager(lambda t: call(t, bias), x[:23]), want,
+                                    f"{op} {xdt}: the graph of the xsplit kernel against the stream kernel")
+    with q.knobs.override(**{knob: "2"}), pytest.raises(ValueError, match=knob):
+        call(x[:17])
+
+
+@pytest.mark.gpu
+def test_xsplit_leaves_other_variants_alone(skinny_variant):
+    """Forced on, a variant without an xsplit kernel (K 5120 at k split 8, 2 tiles a warp) runs as before."""
+    n, k = 256, 5120
+    skinny_variant("fp8_block_linear", n, k, 8, 2)
+    skinny_variant("nvfp4_linear", n, k, 8, 2)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=83)
+    for knob, call in (("QWEN38_FP8_XSPLIT", _fp8(n, k)), ("QWEN38_NVFP4_XSPLIT", _nvfp4(n, k))):
+        with q.knobs.override(**{knob: "1"}):
+            for m in (1, 32):
+                assert not any("xsplit_kernel" in s for s in qt.cuda_kernel_names(lambda: call(x[:m]))), knob
