@@ -19,7 +19,8 @@ def _nvfp4(n, k):
     g = torch.Generator().manual_seed(n * 3 + k)
     w = (torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16)
     nw = formats.quantize_nvfp4(w)
-    return lambda x, *e: OPS.nvfp4_linear(x, nw.packed.cuda(), nw.scale.cuda(), nw.global_scale.cuda(), *e)
+    pk, sc, gs = nw.packed.cuda(), nw.scale.cuda(), nw.global_scale.cuda()
+    return lambda x, *e: OPS.nvfp4_linear(x, pk, sc, gs, *e)
 
 
 def _fp8(n, k):
