@@ -2,7 +2,8 @@
 forced on, nvfp4_linear and fp8_block_linear on the large weights' variants run them at every row count 1..32
 and give the bits of the register-stream kernel (knob 0) for bf16 and fp16 x, with bias and fp32 output, from a
 strided x, in a CUDA graph; every row of a 32-row call agrees with its 1-row call; other variants never run them;
-a bad knob value is an error naming the knob."""
+auto (the default) takes them on compute capability 9 for FP8 at K 17408 (k split 8, 2 tiles a warp: 5120x17408)
+at 17..32 rows only; a bad knob value is an error naming the knob."""
 from __future__ import annotations
 
 import pytest
@@ -48,6 +49,7 @@ def test_xsplit_writes_the_stream_kernels_bits(case, skinny_variant):
     if torch.cuda.get_device_properties(0).major < 9:
         pytest.skip("thread-block clusters need compute capability 9 or more")
     skinny_variant(op, n, k, ks, nt)
+    cc9 = torch.cuda.get_device_properties(0).major == 9
     call = make(n, k)
     bias = qt.randn_nonzero(n, dtype=torch.float32, device="cuda", seed=81)
     xsplit = lambda names: any("xsplit_kernel" in s for s in names)  # noqa: E731
@@ -58,6 +60,8 @@ def test_xsplit_writes_the_stream_kernels_bits(case, skinny_variant):
                 assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 1, {m} rows"
             with q.knobs.override(**{knob: "0"}):
                 assert not xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 0, {m} rows"
+            auto = op == "fp8_block_linear" and k == 17408 and m > 16 and cc9
+            assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))) == auto, f"{op} {xdt} auto, {m} rows"
         with q.knobs.override(**{knob: "0"}):
             qt.assert_knob_keeps_bits(call, x, knob, "1", rows=(1, 2, 8, 9, 16, 17, 24, 25, 32),
                                       extras=((None, None), (bias, torch.float32)), what=f"{op} {n}x{k} {xdt}: ")

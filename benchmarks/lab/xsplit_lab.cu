@@ -10,7 +10,7 @@
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
 //     benchmarks/lab/xsplit_lab.cu csrc/gemm/nvfp4_stream_kernel.cu csrc/gemm/fp8_stream_kernel.cu \
 //     -o build/lab/xsplit_lab
-//   build/lab/xsplit_lab [--only nvfp4:34816x5120] [--rows 1,16,32]
+//   build/lab/xsplit_lab [--only nvfp4:34816x5120] [--rows 1,16,32] [--n 17408,16384 (NVFP4 N x 5120 only)]
 //   build/lab/xsplit_lab --profile ROWS   NVFP4 34816x5120: a stream launch and an xsplit launch (4 groups, 4
 //                                         stages, depth 2), twice, for ncu
 #include <cuda_bf16.h>
@@ -94,8 +94,8 @@ void print_attrs() {
   CK(cudaFuncGetAttributes(&a, fn));
   int occ = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, xsplit_smem_bytes(KS, MT, S, 4, NT)));
-  std::printf("  %s K %d ks %d nt %d MT %d stages %d depth %d: %d registers, %zu local bytes, %d CTAs of 4 groups an SM\n",
-              kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ);
+  std::printf("  %s K %d ks %d nt %d MT %d stages %d depth %d: %d registers, %zu local bytes, %d CTAs of 4 groups "
+              "an SM\n", kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ);
 }
 
 // The data of one weight shape: `copies` weight copies (2x L2 in all), a copy of x per weight copy, fp32 y.
@@ -234,8 +234,8 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
         const bool same = d.output(m) == ref;
         const float us =
             lab::run_or_time([&](int c, cudaStream_t st) { xs_launch(c, m, f, groups, true, st); }, d.copies, calls);
-        std::printf("        xsplit stages %d depth %d groups %d  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth, groups, us,
-                    pct(us), same ? "same bits" : "BITS DIFFER");
+        std::printf("        xsplit stages %d depth %d groups %d  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth, groups,
+                    us, pct(us), same ? "same bits" : "BITS DIFFER");
       }
     std::fflush(stdout);
   }
@@ -273,13 +273,19 @@ int main(int argc, char** argv) {
   }
   std::string only;
   std::vector<int> rows = {1, 8, 16, 17, 24, 32};
+  std::vector<int> ns;  // --n: NVFP4 N x 5120 weights (k split 4, 4 tiles) only
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--rows") == 0) rows = parse_list(argv[i + 1]);
+    if (std::strcmp(argv[i], "--n") == 0) ns = parse_list(argv[i + 1]);
   }
   const double ceiling = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs, read ceiling %.0f GB/s; bf16 x, fp32 outputs; us per call, PDL on, cold weights "
               "and x\n", prop.name, prop.multiProcessorCount, ceiling);
+  if (!ns.empty()) {
+    for (int n : ns) run_case<false, 5120, 4, 4>(n, rows, ceiling, l2);
+    return 0;
+  }
   auto want = [&](const char* c) { return only.empty() || only == c; };
   if (want("nvfp4:34816x5120")) run_case<false, 5120, 4, 4>(34816, rows, ceiling, l2);
   if (want("fp8:34816x5120")) run_case<true, 5120, 4, 4>(34816, rows, ceiling, l2);

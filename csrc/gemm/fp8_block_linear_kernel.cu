@@ -15,7 +15,8 @@ struct Fp8BlockKernel {
 cudaError_t launch_fp8_block_skinny(Act act, const Fp8Launch& p, const SkinnyVariant& v, bool pdl,
                                     cudaStream_t stream) {
   if (p.stream != 0 && (p.stream != 2 || p.m <= 16) && fp8_stream_serves(p, v))
-    return fp8_xsplit_serves(p, v) ? launch_fp8_xsplit(act, p, v, pdl, stream) : launch_fp8_stream(act, p, v, pdl, stream);
+    return fp8_xsplit_serves(p, v) ? launch_fp8_xsplit(act, p, v, pdl, stream)
+                                   : launch_fp8_stream(act, p, v, pdl, stream);
   return launch_skinny<Fp8BlockKernel>(act, p, v, pdl, stream);
 }
 

@@ -11,16 +11,18 @@
 namespace qwen38::gemm {
 namespace {
 
-// x stages and weight steps ahead by row range (1..16 rows: MT 1; 17..32: MT 2)
-template <int MT>
-constexpr int kStagesOf = MT == 1 ? 4 : 3;
-template <int MT>
-constexpr int kDepthOf = MT == 1 ? 2 : 1;
+// x stages and weight steps ahead: 4 and 2 (the lab's faster form where the rule takes the kernel: FP8 5120x17408
+// at 17..32 rows, 133 registers, 3 CTAs an SM), except at 17..32 rows at K 5120 (4 tiles a warp, where 4 / 2 holds
+// 162 registers with NVFP4 and 244 with FP8, and the lab timed 3 / 1 at 121 / 174 within a few percent)
+template <int K, int MT>
+constexpr int kStagesOf = MT == 2 && K == 5120 ? 3 : 4;
+template <int K, int MT>
+constexpr int kDepthOf = MT == 2 && K == 5120 ? 1 : 2;
 
 template <bool kFp8, typename T, int K, int KS, int NT, int MT>
 constexpr auto kernel_of() {
-  if constexpr (kFp8) return fp8_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<MT>, kDepthOf<MT>>;
-  else return nvfp4_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<MT>, kDepthOf<MT>>;
+  if constexpr (kFp8) return fp8_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<K, MT>, kDepthOf<K, MT>>;
+  else return nvfp4_xsplit_kernel<T, K, KS, NT, MT, kStagesOf<K, MT>, kDepthOf<K, MT>>;
 }
 
 // tile groups of a CTA: 4, or fewer where the cluster's tiles would not divide the weight's
@@ -67,23 +69,31 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
   return 0;
 }
 
-// The rule (xsplit -1): measured per row range in benchmarks/lab/xsplit_lab.cu.
-bool xsplit_rule(int64_t m, int64_t k) {
-  (void)m;
-  (void)k;
-  return false;
+// The rule (xsplit -1), measured in benchmarks/lab/xsplit_lab.cu (session 45, H100: benchmarks/results/h100/
+// xsplit_s45.md; every form gave the stream kernel's bits). FP8 at K 17408, k split 8 and 2 tiles a warp
+// (5120x17408: 320 tile groups reading all of x each, 4x the weight's bytes of x through L2 at 32 rows) on
+// compute capability 9 at 17..32 rows: the product's path (x copied into the fragment order, then the stream
+// kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4 tile groups) 46.3 / 49.0
+// / 53.4; at 1 row 34.8 against 39.9 (not taken). Nowhere else by default: NVFP4 34816x5120 and 10240x5120 at
+// 1..8 rows were faster (51.2 -> 45.3, 16.6 -> 14.1 us at 1 row) but 17408, 16384, 12288 and 6144 x 5120 slower
+// (26.0 -> 26.9 .. 10.5 -> 13.3), and the K 5120 weights at 17..32 rows slower than the copy + stream kernel
+// (NVFP4 34816x5120 at 32 rows 55.6 -> 66.9): not a rule yet (the H200 not measured).
+bool xsplit_rule(bool fp8, int64_t m, int64_t k) {
+  if (!fp8 || k != 17408 || m <= 16) return false;
+  int major = 0;
+  return device_cc_major(&major) == cudaSuccess && major == 9;
 }
 
 template <bool kFp8, typename P>
 bool serves(const P& p, const SkinnyVariant& v) {
-  if (p.xsplit == 0 || (p.xsplit < 0 && !xsplit_rule(p.m, p.k)) || p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0)
+  if (p.xsplit == 0 || (p.xsplit < 0 && !xsplit_rule(kFp8, p.m, p.k)) || p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0)
     return false;
   const int nt = compiled_nt<kFp8>(p.k, v, p.m);
   if (nt == 0 || p.n % (8 * nt) != 0) return false;
   // rows 16-byte aligned for the copies
   if (p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
   using T = __nv_bfloat16;
-  const size_t smem = xsplit_smem_bytes(v.ksplit, 2, kStagesOf<2>, 4, nt);
+  const size_t smem = xsplit_smem_bytes(v.ksplit, 2, 4, 4, nt);  // (the most any form takes)
   if (p.k == 5120) return clusters_fit(kernel_of<kFp8, T, 5120, 4, 4, 2>(), 4, smem);
   if constexpr (kFp8) return clusters_fit(kernel_of<kFp8, T, 17408, 8, 2, 2>(), 8, smem);
   else return clusters_fit(kernel_of<kFp8, T, 17408, 8, 4, 2>(), 8, smem);
@@ -93,7 +103,7 @@ template <bool kFp8, typename T, int K, int KS, int NT, int MT, typename P>
 cudaError_t launch_typed(const P& p, bool pdl, cudaStream_t stream) {
   auto fn = kernel_of<kFp8, T, K, KS, NT, MT>();
   const int groups = groups_of(p.n, NT);
-  const size_t smem = xsplit_smem_bytes(KS, MT, kStagesOf<MT>, groups, NT);
+  const size_t smem = xsplit_smem_bytes(KS, MT, kStagesOf<K, MT>, groups, NT);
   size_t room = 0;
   if (cudaError_t e = dynamic_smem_room(fn, &room)) return e;
   if (smem > room) return cudaErrorInvalidConfiguration;

@@ -1,11 +1,14 @@
-// nvfp4_linear and fp8_block_linear, 1..32 rows, the k-split-across-CTAs form of the register-stream kernels
-// for the large weights (lab, session 45: benchmarks/lab/xsplit_lab.cu): the arithmetic of nvfp4_stream_kernel.cuh
-// / fp8_stream_kernel.cuh at k split KS (read them first), with the roles of a CTA's warps turned around. In the stream kernel the KS warps of a CTA are the
-// k split of one tile group, so every CTA reads all M x K of x for its 8 NT weight rows: 34816x5120 at 32 rows
+// nvfp4_linear and fp8_block_linear, 1..32 rows, the k-split-across-CTAs form of the register-stream kernels for
+// the large weights: the arithmetic of nvfp4_stream_kernel.cuh / fp8_stream_kernel.cuh at k split KS (read them
+// first), with the roles of a CTA's warps turned around. In the stream kernel the KS warps of a CTA are the k
+// split of one tile group, so every CTA reads all M x K of x for its 8 NT weight rows: 34816x5120 at 32 rows
 // moves ~357 MB of x through L2 for ~100 MB of weights. Here a cluster of KS CTAs holds the k split: CTA r of a
 // cluster runs k range r (the stream kernel's warp r: steps [r S / KS, (r+1) S / KS)) for `groups` tile groups,
 // one warp each, and its warps share one copy of x's k range in shared memory (a ring of kStages steps, copied
 // by cp.async, one commit group a step), so x crosses L2 once a cluster: groups times fewer bytes.
+// Where it pays (xsplit_kernel.cu xsplit_rule; session 45's lab, benchmarks/lab/xsplit_lab.cu and
+// benchmarks/results/h100/xsplit_s45.md): FP8 5120x17408 at 17..32 rows; not the K 5120 weights at 17..32 rows,
+// where the stream kernel reading x in the fragment order is faster.
 //
 // The same bits: every warp computes its tile group's partial over its k range exactly as the stream kernel's
 // warp r does (word q outer, tiles inner, the same mmas from zero; only where the activations come from
