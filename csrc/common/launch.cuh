@@ -104,6 +104,36 @@ cudaError_t dynamic_smem_room(void (*kernel)(KArgs...), size_t* room) {
   return dynamic_smem_room(reinterpret_cast<const void*>(kernel), room);
 }
 
+// Whether the device places one cluster of `cluster` CTAs of `kernel` with `threads` threads and `smem` bytes of
+// dynamic shared memory (some devices or drivers cannot: the caller then takes a kernel without clusters). Cached
+// per (kernel, device): a kernel is always asked with the same threads and bytes (its largest form's).
+template <typename... KArgs>
+bool clusters_fit(void (*kernel)(KArgs...), int cluster, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int fit = 0;
+  const cudaError_t e =
+      cached_query(mu, cache, std::make_pair(reinterpret_cast<const void*>(kernel), dev), &fit, [&](int* ok) {
+        *ok = 0;
+        size_t room = 0;
+        int n = 0;
+        if (dynamic_smem_room(kernel, &room) != cudaSuccess || room < smem ||
+            max_active_clusters(kernel, dim3(unsigned(cluster)), dim3(unsigned(threads)), smem, cluster, &n) !=
+                cudaSuccess) {
+          (void)cudaGetLastError();
+          return cudaSuccess;
+        }
+        *ok = n >= 1;
+        return cudaSuccess;
+      });
+  return e == cudaSuccess && fit != 0;
+}
+
 // QWEN38_SPREAD (default 1): the dynamic shared memory to launch `blocks` CTAs of `threads` threads with, so
 // that no SM can hold more than ceil(blocks / SMs) of them. A grid under one wave is then spread
 // over the SMs evenly whatever else is resident when its CTAs are placed: a grid launched early

@@ -1,9 +1,6 @@
 // Instantiations and launch of the NVFP4 x-shared kernel (nvfp4_xshare_kernel.cuh): K = 5120 at
 // k split 8; 1..16 rows (one m16 tile) and 17..32 rows (two); one tile a warp for N <= 128 (at
 // 17..32 rows one warp per m16 tile), two for N up to 1024 at 9..32 rows.
-#include <mutex>
-#include <map>
-
 #include "common/launch.cuh"
 #include "gemm/nvfp4_xshare_kernel.cuh"
 
@@ -30,36 +27,6 @@ int groups_of(int nt, int64_t m, int64_t tiles) {
   for (int g = cap; g > 1; --g)
     if (tiles % g == 0) return g;
   return 1;
-}
-
-// Whether the device places a cluster of 8 CTAs of `fn` with `threads` threads and `smem` bytes
-// (some devices or drivers cannot: the caller then takes the register-stream kernel). Cached per
-// (kernel, device).
-template <typename F>
-bool clusters_fit(F fn, int threads, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  int fit = 0;
-  const cudaError_t e =
-      cached_query(mu, cache, std::make_pair(reinterpret_cast<const void*>(fn), dev), &fit, [&](int* ok) {
-        *ok = 0;
-        size_t room = 0;
-        int n = 0;
-        if (dynamic_smem_room(fn, &room) != cudaSuccess || room < smem ||
-            max_active_clusters(fn, dim3(kXshareSplit), dim3(unsigned(threads)), smem, kXshareSplit, &n) !=
-                cudaSuccess) {
-          (void)cudaGetLastError();
-          return cudaSuccess;
-        }
-        *ok = n >= 1;
-        return cudaSuccess;
-      });
-  return e == cudaSuccess && fit != 0;
 }
 
 // the tiles a warp for a call the kernel serves by shape and rows (0: none)
@@ -91,8 +58,9 @@ bool nvfp4_xshare_serves(const Nvfp4Params& p, const SkinnyVariant& v) {
   const int nt = tiles_a_warp(p);
   if (nt == 0) return false;
   // the largest form of each (17..32 rows: two m16 tiles; the most tile groups)
-  if (nt == 1) return clusters_fit(kernel_of<__nv_bfloat16, 1, 2>(), 32 * 2 * 2, xshare_smem_bytes(kK, 2, 2, 1));
-  return clusters_fit(kernel_of<__nv_bfloat16, 2, 2>(), 32 * 8, xshare_smem_bytes(kK, 2, 8, 2));
+  if (nt == 1)
+    return clusters_fit(kernel_of<__nv_bfloat16, 1, 2>(), kXshareSplit, 32 * 2 * 2, xshare_smem_bytes(kK, 2, 2, 1));
+  return clusters_fit(kernel_of<__nv_bfloat16, 2, 2>(), kXshareSplit, 32 * 8, xshare_smem_bytes(kK, 2, 8, 2));
 }
 
 cudaError_t launch_nvfp4_xshare(Act act, const Nvfp4Params& p, bool pdl, cudaStream_t stream) {

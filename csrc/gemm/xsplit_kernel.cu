@@ -2,9 +2,6 @@
 // model's large weights: NVFP4 K 5120 at k split 4 and 4 tiles a warp (34816 .. 6144 x 5120), K 17408 / 6144 at
 // k split 8 and 4 tiles (5120x17408, 5120x6144); FP8 K 5120 at k split 4 and 4 tiles, K 17408 / 6144 at k split
 // 8 and 2 tiles. CTAs of 4 tile groups (fewer where the tiles do not divide), clusters of k split CTAs.
-#include <map>
-#include <mutex>
-
 #include "common/launch.cuh"
 #include "gemm/xsplit_kernel.cuh"
 
@@ -30,34 +27,6 @@ int groups_of(int64_t n, int nt) {
   for (int g = 4; g > 1; g /= 2)
     if (n % (8 * nt * g) == 0) return g;
   return 1;
-}
-
-// Whether the device places a cluster of KS CTAs of `fn` (4 tile groups, the larger row range's shared memory).
-// Cached per (kernel, device).
-template <typename F>
-bool clusters_fit(F fn, int ks, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  int fit = 0;
-  const cudaError_t e =
-      cached_query(mu, cache, std::make_pair(reinterpret_cast<const void*>(fn), dev), &fit, [&](int* ok) {
-        *ok = 0;
-        size_t room = 0;
-        int n = 0;
-        if (dynamic_smem_room(fn, &room) != cudaSuccess || room < smem ||
-            max_active_clusters(fn, dim3(unsigned(ks)), dim3(128), smem, ks, &n) != cudaSuccess) {
-          (void)cudaGetLastError();
-          return cudaSuccess;
-        }
-        *ok = n >= 1;
-        return cudaSuccess;
-      });
-  return e == cudaSuccess && fit != 0;
 }
 
 // The variant's compiled (K, k split, NT) at m rows: 0 none, else the tiles a warp
@@ -94,9 +63,9 @@ bool serves(const P& p, const SkinnyVariant& v) {
   if (p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
   using T = __nv_bfloat16;
   const size_t smem = xsplit_smem_bytes(v.ksplit, 2, 4, 4, nt);  // (the most any form takes)
-  if (p.k == 5120) return clusters_fit(kernel_of<kFp8, T, 5120, 4, 4, 2>(), 4, smem);
-  if constexpr (kFp8) return clusters_fit(kernel_of<kFp8, T, 17408, 8, 2, 2>(), 8, smem);
-  else return clusters_fit(kernel_of<kFp8, T, 17408, 8, 4, 2>(), 8, smem);
+  if (p.k == 5120) return clusters_fit(kernel_of<kFp8, T, 5120, 4, 4, 2>(), 4, 128, smem);
+  if constexpr (kFp8) return clusters_fit(kernel_of<kFp8, T, 17408, 8, 2, 2>(), 8, 128, smem);
+  else return clusters_fit(kernel_of<kFp8, T, 17408, 8, 4, 2>(), 8, 128, smem);
 }
 
 template <bool kFp8, typename T, int K, int KS, int NT, int MT, typename P>
