@@ -61,6 +61,27 @@ constexpr int fp8_frag_layout() {
   return NT == 4 && NX == 2 ? stream::kXfragPlainA : stream::kXfragPlain;
 }
 
+// Word q of a step in the x-as-A body (also xsplit_kernel.cuh's FP8 kernel): each tile's 32 weight bytes (wq[nt],
+// bytes 4j .. 4j+3 = mma j) decoded pair by pair into B fragments, mmas 2q and 2q+1 of every m16 tile accumulated
+// into the block sums blk, tiles in order.
+template <typename T, int NT, int MT>
+__device__ __forceinline__ void fp8_word_mmas(float (&blk)[NT][MT][4], const uint32_t (&af)[MT][2][4],
+                                              const uint4 (&wq)[NT][2], int q) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
+                            wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t w = wr[2 * q + r];
+      const uint32_t b0 = e4m3x2_to<T>(uint16_t(w & 0xffffu));
+      const uint32_t b1 = e4m3x2_to<T>(uint16_t(w >> 16));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_16816<T>(blk[nt][mt], af[mt][r], b0, b1);
+    }
+  }
+}
+
 template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
 __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
@@ -138,19 +159,7 @@ __device__ __forceinline__ void fp8_stream_xa(const Fp8BlockParams& p) {
         constexpr bool kLoaded = kFrag && fp8_frag_layout<NT, 2 * MT>() == stream::kXfragPlainA;
         uint32_t af[MT][2][4];
         stream::a_fragments<MT, false, kLoaded>(af, xc);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
-                                  wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t w = wr[2 * q + r];
-            const uint32_t b0 = e4m3x2_to<T>(uint16_t(w & 0xffffu));
-            const uint32_t b1 = e4m3x2_to<T>(uint16_t(w >> 16));
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_16816<T>(blk[nt][mt], af[mt][r], b0, b1);
-          }
-        }
+        fp8_word_mmas<T, NT, MT>(blk, af, wq, q);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

@@ -30,7 +30,8 @@
 #include "common/nvfp4.cuh"
 #include "common/pdl.cuh"
 #include "common/tma.cuh"
-#include "gemm/fp8_block_linear_kernel.cuh"  // Fp8BlockParams, e4m3x2_to
+#include "gemm/fp8_block_linear_kernel.cuh"  // Fp8BlockParams
+#include "gemm/fp8_stream_kernel.cuh"        // fp8_word_mmas
 #include "gemm/nvfp4_linear_launch.h"
 #include "gemm/skinny_common.cuh"
 #include "gemm/stream_common.cuh"
@@ -293,19 +294,7 @@ __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) fp8_xsplit_kern
         xsplit::x_words<kH, MT, kStages>(xc, xa, ss, q);
         uint32_t af[MT][2][4];
         stream::a_fragments<MT, false>(af, xc);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
-                                  wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t w = wr[2 * q + r];
-            const uint32_t b0 = e4m3x2_to<T>(uint16_t(w & 0xffffu));
-            const uint32_t b1 = e4m3x2_to<T>(uint16_t(w >> 16));
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_16816<T>(blk[nt][mt], af[mt][r], b0, b1);
-          }
-        }
+        fp8_word_mmas<T, NT, MT>(blk, af, wq, q);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
