@@ -43,7 +43,7 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
 // (5120x17408: 320 tile groups reading all of x each, 4x the weight's bytes of x through L2 at 32 rows) on
 // compute capability 9 at 17..32 rows: the product's path (x copied into the fragment order, then the stream
 // kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4 tile groups) 46.3 / 49.0
-// / 53.4; at 1 row 34.8 against 39.9 (not taken). Nowhere else by default: NVFP4 34816x5120 and 10240x5120 at
+// / 53.4; at 1 row 34.8 against 39.1 (not taken). Nowhere else by default: NVFP4 34816x5120 and 10240x5120 at
 // 1..8 rows were faster (51.2 -> 45.3, 16.6 -> 14.1 us at 1 row) but 17408, 16384, 12288 and 6144 x 5120 slower
 // (26.0 -> 26.9 .. 10.5 -> 13.3), and the K 5120 weights at 17..32 rows slower than the copy + stream kernel
 // (NVFP4 34816x5120 at 32 rows 55.6 -> 66.9): not a rule yet (the H200 not measured).
