@@ -52,18 +52,19 @@ __global__ void fill_fp8(uint8_t* p, size_t n, uint32_t seed, int kind) {
 
 struct Form {
   int stages, depth;
+  bool xregs = false;  // (NVFP4, 1..16 rows) x read from global by every warp, not staged
 };
-constexpr Form kForms[] = {{3, 1}, {4, 2}};
+constexpr Form kForms[] = {{3, 1}, {4, 2}, {2, 2, true}};
 
-template <bool kFp8, int K, int KS, int NT, int MT, int S, int D>
+template <bool kFp8, int K, int KS, int NT, int MT, int S, int D, bool kXRegs = false>
 auto kernel_of() {
   if constexpr (kFp8) return fp8_xsplit_kernel<bf16, K, KS, NT, MT, S, D>;
-  else return nvfp4_xsplit_kernel<bf16, K, KS, NT, MT, S, D>;
+  else return nvfp4_xsplit_kernel<bf16, K, KS, NT, MT, S, D, kXRegs>;
 }
 
-template <bool kFp8, int K, int KS, int NT, int MT, int S, int D, typename P>
+template <bool kFp8, int K, int KS, int NT, int MT, int S, int D, typename P, bool kXRegs = false>
 void launch_xsplit(const P& p, int groups, bool pdl, cudaStream_t st) {
-  auto fn = kernel_of<kFp8, K, KS, NT, MT, S, D>();
+  auto fn = kernel_of<kFp8, K, KS, NT, MT, S, D, kXRegs>();
   const size_t smem = xsplit_smem_bytes(KS, MT, S, groups, NT);
   size_t room = 0;
   CK(dynamic_smem_room(fn, &room));
@@ -78,7 +79,11 @@ void launch_xsplit(const P& p, int groups, bool pdl, cudaStream_t st) {
 template <bool kFp8, int K, int KS, int NT, typename P>
 void launch_x(const P& p, Form f, int groups, bool pdl, cudaStream_t st) {
   const bool wide = p.m > 16;
-  if (f.stages == 3) {
+  if (f.xregs) {
+    if constexpr (!kFp8) {
+      if (!wide) launch_xsplit<kFp8, K, KS, NT, 1, 2, 2, P, true>(p, groups, pdl, st);
+    }
+  } else if (f.stages == 3) {
     if (wide) launch_xsplit<kFp8, K, KS, NT, 2, 3, 1>(p, groups, pdl, st);
     else launch_xsplit<kFp8, K, KS, NT, 1, 3, 1>(p, groups, pdl, st);
   } else {
@@ -228,14 +233,14 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
     std::printf("\n");
     for (const Form f : kForms)
       for (int groups : {2, 4}) {
-        if (n % (8 * NT * groups) != 0) continue;
+        if (n % (8 * NT * groups) != 0 || (f.xregs && (kFp8 || m > 16))) continue;
         CK(cudaMemset(d.y, 0xff, size_t(m) * n * 4));
         lab::run_or_time([&](int c, cudaStream_t st) { xs_launch(c, m, f, groups, false, st); }, d.copies, 0);
         const bool same = d.output(m) == ref;
         const float us =
             lab::run_or_time([&](int c, cudaStream_t st) { xs_launch(c, m, f, groups, true, st); }, d.copies, calls);
-        std::printf("        xsplit stages %d depth %d groups %d  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth, groups,
-                    us, pct(us), same ? "same bits" : "BITS DIFFER");
+        std::printf("        xsplit stages %d depth %d groups %d%s  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth, groups,
+                    f.xregs ? " x from global" : "", us, pct(us), same ? "same bits" : "BITS DIFFER");
       }
     std::fflush(stdout);
   }

@@ -156,7 +156,10 @@ __device__ __forceinline__ void exchange_and_store(const Place<KS, NT, MT, kStag
 // T: activation type; K: weight row length; KS: k split = CTAs of a cluster; NT: 8-row tiles a warp; MT: m16
 // tiles (1: rows 1..16, 2: 17..32); kStages: x stages in the ring; kD: weight steps in registers ahead.
 // blockDim.x = 32 x groups (tile groups of a CTA).
-template <typename T, int K, int KS, int NT, int MT, int kStages, int kD>
+// kXRegs (a lab form, benchmarks/lab/xsplit_lab.cu): x read by every warp from global memory one word ahead, as
+// the stream kernel reads it (no staging, no barrier a step; the stages' shared memory is left unused), to tell
+// the warps' new roles (the k split across the cluster) from the staging at 1..8 rows.
+template <typename T, int K, int KS, int NT, int MT, int kStages, int kD, bool kXRegs = false>
 __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) nvfp4_xsplit_kernel(const Nvfp4Params p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSW = K / kStepK / KS;  // steps of a warp (of a CTA)
@@ -173,16 +176,21 @@ __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) nvfp4_xsplit_ke
   uint32_t sb[kD][NT];
   stream::nvfp4_load_steps(wb, sb, wp, sp, kRowB, kRowS);
   const int rows = p.m < 16 * MT ? int(p.m) : 16 * MT;
-  xsplit::zero_rows<MT, kStages>(xs_mem, rows);
+  if constexpr (!kXRegs) xsplit::zero_rows<MT, kStages>(xs_mem, rows);
   pdl_wait();
   pdl_allow();
 
   const T* __restrict__ x0 = static_cast<const T*>(p.x) + int64_t(kStepK) * s0;
+  if constexpr (!kXRegs) {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, s, kSW);
+    for (int s = 0; s < kStages - 1; ++s) xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, s, kSW);
+  }
   uint32_t xa[kH];  // this lane's chunk of row g + 8h in stage 0: 4t + t/2 (q added per word)
 #pragma unroll
   for (int h = 0; h < kH; ++h) xa[h] = smem_addr(xs_mem + (g + 8 * h) * kXsplitStepC + 4 * t + t / 2);
+  const T* xr[kH];  // (kXRegs) the rows' pointers at this thread's first k, as the stream kernel's
+  stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
+  stream::XWords<false, kH> xw;
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
@@ -205,15 +213,20 @@ __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) nvfp4_xsplit_ke
           sb[d][nt] = stream::load_scale2(sp + nt * 8 * kRowS + 8 * (ss + kD));
         }
       }
-      cp_async_wait<kStages - 2>();  // step ss's group is in (this thread's copies)
-      __syncthreads();               // everyone's; and every warp is done with step ss - 1's stage
-      xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, ss + kStages - 1, kSW);  // into that stage
+      if constexpr (!kXRegs) {
+        cp_async_wait<kStages - 2>();  // step ss's group is in (this thread's copies)
+        __syncthreads();               // everyone's; and every warp is done with step ss - 1's stage
+        xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, ss + kStages - 1, kSW);  // into that stage
+      } else {
+        stream::x_step(xw, xr, ss);
+      }
       typename D::T2 s2[NT][2];
       stream::nvfp4_scales<T, NT>(s2, sc);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint4 xc[kH];
-        xsplit::x_words<kH, MT, kStages>(xc, xa, ss, q);
+        if constexpr (kXRegs) stream::x_word(xc, xw, xr, ss, q);
+        else xsplit::x_words<kH, MT, kStages>(xc, xa, ss, q);
         uint32_t af[MT][2][4];
         stream::nvfp4_a_fragments<MT>(af, xc);
         stream::nvfp4_word_mmas<T, NT, MT>(acc, af, wq, s2, q);
