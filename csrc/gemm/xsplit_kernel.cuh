@@ -105,6 +105,16 @@ __device__ __forceinline__ void stage_in(uint4* smem, const T* x0, int64_t xs, i
   }
   cp_async_commit();
 }
+// After pdl_wait: the first kStages - 1 steps of x0's k range into the ring, and this lane's address of its
+// chunk of row g + 8h in stage 0 (4t + t/2; x_words adds the stage and word q).
+template <int MT, int kStages, int kH, typename T>
+__device__ __forceinline__ void ring_start(uint32_t (&xa)[kH], uint4* smem, const T* x0, int64_t xs, int rows,
+                                           int steps, int g, int t) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) stage_in<MT, kStages>(smem, x0, xs, rows, s, steps);
+#pragma unroll
+  for (int h = 0; h < kH; ++h) xa[h] = smem_addr(smem + (g + 8 * h) * kXsplitStepC + 4 * t + t / 2);
+}
 // word q of step s's rows g + 8h (xa: this lane's addresses in stage 0)
 template <int kH, int MT, int kStages>
 __device__ __forceinline__ void x_words(uint4 (&xc)[kH], const uint32_t (&xa)[kH], int s, int q) {
@@ -181,13 +191,8 @@ __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) nvfp4_xsplit_ke
   pdl_allow();
 
   const T* __restrict__ x0 = static_cast<const T*>(p.x) + int64_t(kStepK) * s0;
-  if constexpr (!kXRegs) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, s, kSW);
-  }
-  uint32_t xa[kH];  // this lane's chunk of row g + 8h in stage 0: 4t + t/2 (q added per word)
-#pragma unroll
-  for (int h = 0; h < kH; ++h) xa[h] = smem_addr(xs_mem + (g + 8 * h) * kXsplitStepC + 4 * t + t / 2);
+  uint32_t xa[kH];
+  if constexpr (!kXRegs) xsplit::ring_start<MT, kStages>(xa, xs_mem, x0, p.x_stride, rows, kSW, g, t);
   const T* xr[kH];  // (kXRegs) the rows' pointers at this thread's first k, as the stream kernel's
   stream::activation_rows(xr, p.x, p.m, p.x_stride, g, kStepK * s0 + 32 * t);
   stream::XWords<false, kH> xw;
@@ -267,11 +272,8 @@ __global__ void __launch_bounds__(128, QWEN38_XSPLIT_MIN_BLOCKS) fp8_xsplit_kern
   pdl_allow();
 
   const T* __restrict__ x0 = static_cast<const T*>(p.x) + int64_t(kStepK) * s0;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) xsplit::stage_in<MT, kStages>(xs_mem, x0, p.x_stride, rows, s, kSW);
   uint32_t xa[kH];
-#pragma unroll
-  for (int h = 0; h < kH; ++h) xa[h] = smem_addr(xs_mem + (g + 8 * h) * kXsplitStepC + 4 * t + t / 2);
+  xsplit::ring_start<MT, kStages>(xa, xs_mem, x0, p.x_stride, rows, kSW, g, t);
 
   float acc[NT][MT][4];
   stream::zero_fill(acc);
