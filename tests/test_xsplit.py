@@ -3,7 +3,8 @@ forced on, nvfp4_linear and fp8_block_linear on the large weights' variants run 
 and give the bits of the register-stream kernel (knob 0) for bf16 and fp16 x, with bias and fp32 output, from a
 strided x, in a CUDA graph; every row of a 32-row call agrees with its 1-row call; other variants never run them;
 auto (the default) takes them on compute capability 9 for FP8 at K 17408 (k split 8, 2 tiles a warp: 5120x17408)
-at 17..32 rows only; a bad knob value is an error naming the knob."""
+at 17..32 rows and for NVFP4 34816x5120 / 10240x5120 at 1..8 rows only; a bad knob value is an error naming the
+knob."""
 from __future__ import annotations
 
 import pytest
@@ -60,7 +61,7 @@ def test_xsplit_writes_the_stream_kernels_bits(case, skinny_variant):
                 assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 1, {m} rows"
             with q.knobs.override(**{knob: "0"}):
                 assert not xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 0, {m} rows"
-            auto = op == "fp8_block_linear" and k == 17408 and m > 16 and cc9
+            auto = cc9 and (k == 17408 and m > 16 if op == "fp8_block_linear" else n in (34816, 10240) and m <= 8)
             assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))) == auto, f"{op} {xdt} auto, {m} rows"
         with q.knobs.override(**{knob: "0"}):
             qt.assert_knob_keeps_bits(call, x, knob, "1", rows=(1, 2, 8, 9, 16, 17, 24, 25, 32),
@@ -85,3 +86,25 @@ def test_xsplit_leaves_other_variants_alone(skinny_variant):
         with q.knobs.override(**{knob: "1"}):
             for m in (1, 32):
                 assert not any("xsplit_kernel" in s for s in qt.cuda_kernel_names(lambda: call(x[:m]))), knob
+
+
+@pytest.mark.gpu
+def test_nvfp4_auto_takes_xsplit_on_the_measured_weights():
+    """Auto runs nvfp4_linear on 10240x5120 (its tile table's variant: k split 4, 4 tiles a warp) through the
+    xsplit kernel at 1..8 rows on compute capability 9 and through the stream kernels from 9 rows; every row
+    count gives the bits of the knob set to 0, and the rows of a 32-row call are those of their 1-row calls."""
+    if torch.cuda.get_device_properties(0).major < 9:
+        pytest.skip("thread-block clusters need compute capability 9 or more")
+    cc9 = torch.cuda.get_device_properties(0).major == 9
+    n, k = 10240, 5120
+    call = _nvfp4(n, k)
+    x = qt.randn_nonzero(32, k, device="cuda", seed=84)
+    for m in (1, 5, 8, 9, 32):
+        names = qt.cuda_kernel_names(lambda: call(x[:m]))
+        assert any("xsplit_kernel" in s for s in names) == (cc9 and m <= 8), f"auto at {m} rows: {names}"
+    with q.knobs.override(QWEN38_NVFP4_XSPLIT="0"):
+        want = call(x)
+        qt.assert_knob_keeps_bits(call, x, "QWEN38_NVFP4_XSPLIT", "auto", rows=(1, 2, 7, 8, 9),
+                                  what=f"nvfp4_linear {n}x{k}: ")
+    qt.assert_row_invariant(lambda t: call(t), x, max_rows=8)
+    qt.assert_bitwise_equal(call(x[:8]), want[:8], "nvfp4_linear 10240x5120: auto at 8 rows against the knob at 0")

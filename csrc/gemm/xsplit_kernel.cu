@@ -38,25 +38,29 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
   return 0;
 }
 
-// The rule (xsplit -1), measured in benchmarks/lab/xsplit_lab.cu (session 45, H100: benchmarks/results/h100/
-// xsplit_s45.md; every form gave the stream kernel's bits). FP8 at K 17408, k split 8 and 2 tiles a warp
-// (5120x17408: 320 tile groups reading all of x each, 4x the weight's bytes of x through L2 at 32 rows) on
-// compute capability 9 at 17..32 rows: the product's path (x copied into the fragment order, then the stream
-// kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4 tile groups) 46.3 / 49.0
-// / 53.4; at 1 row 34.8 against 39.1 (not taken). Nowhere else by default: NVFP4 34816x5120 and 10240x5120 at
-// 1..8 rows were faster (51.2 -> 45.3, 16.6 -> 14.1 us at 1 row) but 17408, 16384, 12288 and 6144 x 5120 slower
-// (26.0 -> 26.9 .. 10.5 -> 13.3), and the K 5120 weights at 17..32 rows slower than the copy + stream kernel
-// (NVFP4 34816x5120 at 32 rows 55.6 -> 66.9): not a rule yet (the H200 not measured).
-bool xsplit_rule(bool fp8, int64_t m, int64_t k) {
-  if (!fp8 || k != 17408 || m <= 16) return false;
+// The rule (xsplit -1), measured in benchmarks/lab/xsplit_lab.cu (every form gave the stream kernel's bits;
+// H100: benchmarks/results/h100/xsplit_s45.md, xsplit_s46.md), on compute capability 9:
+// - FP8 at K 17408, k split 8 and 2 tiles a warp (5120x17408: 320 tile groups reading all of x each, 4x the
+//   weight's bytes of x through L2 at 32 rows), 17..32 rows: the product's path (x copied into the fragment
+//   order, then the stream kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4
+//   tile groups) 46.3 / 49.0 / 53.4; at 1 row 34.8 against 39.1 (not taken).
+// - NVFP4 34816x5120 and 10240x5120 (k split 4, 4 tiles a warp), 1..8 rows: 49.5 / 49.8 / 51.4 -> 44.7 / 46.2 /
+//   47.4 us and 16.3 / 17.9 / 18.7 -> 14.1 / 14.3 / 15.0 at 1 / 4 / 8 rows (session 46; session 45 the same
+//   within 2%). Not the other NVFP4 weights: 17408, 16384, 14336, 12288 and 6144 x 5120 were slower at 1..8 rows
+//   (17408x5120 25.5 -> 26.0, 6144x5120 10.4 -> 13.2 at 1 row), and from 9 rows the K 5120 weights are faster
+//   through the fragment-order copy and the stream kernel (34816x5120 at 16 / 32 rows 48.4 / 55.6 against 50.8 /
+//   66.9).
+bool xsplit_rule(bool fp8, int64_t m, int64_t n, int64_t k) {
+  const bool take = fp8 ? k == 17408 && m > 16 : k == 5120 && (n == 34816 || n == 10240) && m <= 8;
+  if (!take) return false;
   int major = 0;
   return device_cc_major(&major) == cudaSuccess && major == 9;
 }
 
 template <bool kFp8, typename P>
 bool serves(const P& p, const SkinnyVariant& v) {
-  if (p.xsplit == 0 || (p.xsplit < 0 && !xsplit_rule(kFp8, p.m, p.k)) || p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0)
-    return false;
+  if (p.xsplit == 0 || (p.xsplit < 0 && !xsplit_rule(kFp8, p.m, p.n, p.k))) return false;
+  if (p.m < 1 || p.m > kSkinnyMaxRows || p.n <= 0) return false;
   const int nt = compiled_nt<kFp8>(p.k, v, p.m);
   if (nt == 0 || p.n % (8 * nt) != 0) return false;
   // rows 16-byte aligned for the copies
