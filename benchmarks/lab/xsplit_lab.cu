@@ -11,8 +11,8 @@
 //     benchmarks/lab/xsplit_lab.cu csrc/gemm/nvfp4_stream_kernel.cu csrc/gemm/fp8_stream_kernel.cu \
 //     -o build/lab/xsplit_lab
 //   build/lab/xsplit_lab [--only nvfp4:34816x5120] [--rows 1,16,32] [--n 17408,16384 (NVFP4 N x 5120 only)]
-//   build/lab/xsplit_lab --profile ROWS   NVFP4 34816x5120: a stream launch and an xsplit launch (4 groups, 4
-//                                         stages, depth 2), twice, for ncu
+//   build/lab/xsplit_lab --profile ROWS [N]   NVFP4 N x 5120 (default 34816): a stream launch and an xsplit launch
+//                                             (4 groups, 4 stages, depth 2), twice, for ncu
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -97,10 +97,27 @@ void print_attrs() {
   cudaFuncAttributes a{};
   auto fn = kernel_of<kFp8, K, KS, NT, MT, S, D>();
   CK(cudaFuncGetAttributes(&a, fn));
+  const size_t smem = xsplit_smem_bytes(KS, MT, S, 4, NT);
+  size_t room = 0;
+  CK(dynamic_smem_room(fn, &room));  // (raises the kernel's dynamic shared memory limit first)
   int occ = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, xsplit_smem_bytes(KS, MT, S, 4, NT)));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, smem));
+  // clusters of KS CTAs the device holds at once (their placement within GPCs)
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = KS;
+  at.val.clusterDim.y = at.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(KS * 64));
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  CK(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
   std::printf("  %s K %d ks %d nt %d MT %d stages %d depth %d: %d registers, %zu local bytes, %d CTAs of 4 groups "
-              "an SM\n", kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ);
+              "an SM, %d clusters at once\n", kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes,
+              occ, clusters);
 }
 
 // The data of one weight shape: `copies` weight copies (2x L2 in all), a copy of x per weight copy, fp32 y.
@@ -239,8 +256,8 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
         const bool same = d.output(m) == ref;
         const float us =
             lab::run_or_time([&](int c, cudaStream_t st) { xs_launch(c, m, f, groups, true, st); }, d.copies, calls);
-        std::printf("        xsplit stages %d depth %d groups %d%s  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth, groups,
-                    f.xregs ? " x from global" : "", us, pct(us), same ? "same bits" : "BITS DIFFER");
+        std::printf("        xsplit stages %d depth %d groups %d%s  %6.2f us (%4.1f%%)  %s\n", f.stages, f.depth,
+                    groups, f.xregs ? " x from global" : "", us, pct(us), same ? "same bits" : "BITS DIFFER");
       }
     std::fflush(stdout);
   }
@@ -264,7 +281,8 @@ int main(int argc, char** argv) {
   const size_t l2 = size_t(prop.l2CacheSize);
   if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
     const int m = std::atoi(argv[2]);
-    Data d(false, 34816, 5120, l2);
+    const int n = argc > 3 ? std::atoi(argv[3]) : 34816;
+    Data d(false, n, 5120, l2);
     SkinnyVariant v;
     v.ksplit = 4;
     v.nt_narrow = 4;
