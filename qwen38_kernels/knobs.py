@@ -158,12 +158,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "(csrc/gemm/xsplit_kernel.cuh): a cluster of k split CTAs holds the k split, the warps of a CTA are "
          "tile groups sharing one copy of x's k range staged in shared memory, so x crosses L2 once a cluster "
          "instead of once a tile group; the partials are summed in k-split order (the register-stream "
-         "kernel's bits). auto (default): on compute capability 9, 34816x5120 and 10240x5120 at 1..8 rows, "
-         "where an H100 timed 49.5 / 51.4 -> 44.7 / 47.4 us and 16.3 / 18.7 -> 14.1 / 15.0 at 1 / 8 rows "
-         "(benchmarks/results/h100/xsplit_s46.md, twice within 2%); not 17408, 16384, 14336, 12288 or 6144 x "
-         "5120 (slower at 1..8 rows), nor 9..32 rows, where the stream kernel reading x in the fragment order "
-         "is faster; the H200 not measured; elsewhere and on other devices never; 1: wherever compiled and "
-         "the device places the clusters; 0: never. A launch detail: same bits."),
+         "kernel's bits). auto (default): on compute capability 9, 10240x5120 at 1..8 rows, where the H200 "
+         "timed 14.75 / 16.26 -> 14.16 / 14.92 us at 1 / 8 rows (an H100 16.3 / 18.7 -> 14.1 / 15.0; "
+         "benchmarks/results/h200/xsplit_s46.md); not 34816x5120 (11% faster on an H100, 1-4% slower on the "
+         "H200), 17408, 16384, 14336, 12288 or 6144 x 5120 (slower), nor 9..32 rows, where the stream kernel "
+         "reading x in the fragment order is faster; elsewhere and on other devices never; 1: wherever "
+         "compiled and the device places the clusters; 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
          "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in tiles of 64 or 128 rows x 128 columns (bf16 or fp16 x; within the float64 bound, each row independent of the others and of the row count, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 64 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: measured on the H200), 33 on a read-bound GPU (compute capability 12 such as GB10: the weight read once instead of once per slice); chunked below."),
     Knob("QWEN38_FP8_XSPLIT", "auto",

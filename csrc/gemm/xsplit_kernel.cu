@@ -44,14 +44,14 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
 //   weight's bytes of x through L2 at 32 rows), 17..32 rows: the product's path (x copied into the fragment
 //   order, then the stream kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4
 //   tile groups) 46.3 / 49.0 / 53.4; at 1 row 34.8 against 39.1 (not taken).
-// - NVFP4 34816x5120 and 10240x5120 (k split 4, 4 tiles a warp), 1..8 rows: 49.5 / 49.8 / 51.4 -> 44.7 / 46.2 /
-//   47.4 us and 16.3 / 17.9 / 18.7 -> 14.1 / 14.3 / 15.0 at 1 / 4 / 8 rows (session 46; session 45 the same
-//   within 2%). Not the other NVFP4 weights: 17408, 16384, 14336, 12288 and 6144 x 5120 were slower at 1..8 rows
-//   (17408x5120 25.5 -> 26.0, 6144x5120 10.4 -> 13.2 at 1 row), and from 9 rows the K 5120 weights are faster
-//   through the fragment-order copy and the stream kernel (34816x5120 at 16 / 32 rows 48.4 / 55.6 against 50.8 /
-//   66.9).
+// - NVFP4 10240x5120 (k split 4, 4 tiles a warp), 1..8 rows: H200 14.75 / 15.42 / 16.26 -> 14.16 / 14.29 / 14.92 us
+//   at 1 / 4 / 8 rows (benchmarks/results/h200/xsplit_s46.md); H100 16.3 / 17.9 / 18.7 -> 14.1 / 14.3 / 15.0
+//   (sessions 45 and 46). Not 34816x5120: 11% faster on the H100 but 1-4% slower on the H200 (40.7 / 42.7 ->
+//   41.5 / 44.2 at 1 / 8 rows), nor 17408, 16384, 14336, 12288 or 6144 x 5120 (slower on both: 16384x5120 on the
+//   H200 17.2 -> 24.1 at 1 row); from 9 rows the K 5120 weights are faster through the fragment-order copy and
+//   the stream kernel (H100: 34816x5120 at 16 / 32 rows 48.4 / 55.6 against 50.8 / 66.9).
 bool xsplit_rule(bool fp8, int64_t m, int64_t n, int64_t k) {
-  const bool take = fp8 ? k == 17408 && m > 16 : k == 5120 && (n == 34816 || n == 10240) && m <= 8;
+  const bool take = fp8 ? k == 17408 && m > 16 : k == 5120 && n == 10240 && m <= 8;
   if (!take) return false;
   int major = 0;
   return device_cc_major(&major) == cudaSuccess && major == 9;

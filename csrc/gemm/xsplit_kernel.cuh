@@ -7,7 +7,7 @@
 // one warp each, and its warps share one copy of x's k range in shared memory (a ring of kStages steps, copied
 // by cp.async, one commit group a step), so x crosses L2 once a cluster: groups times fewer bytes.
 // Where it pays (xsplit_kernel.cu xsplit_rule; sessions 45 / 46's lab, benchmarks/lab/xsplit_lab.cu and
-// benchmarks/results/h100/xsplit_s45.md, xsplit_s46.md): FP8 5120x17408 at 17..32 rows, NVFP4 34816x5120 and
+// benchmarks/results/h100/xsplit_s45.md, h100/ and h200/xsplit_s46.md): FP8 5120x17408 at 17..32 rows, NVFP4
 // 10240x5120 at 1..8 rows; not the K 5120 weights at 17..32 rows, where the stream kernel reading x in the
 // fragment order is faster.
 //
