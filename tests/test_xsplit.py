@@ -92,7 +92,8 @@ def test_xsplit_leaves_other_variants_alone(skinny_variant):
 def test_nvfp4_auto_takes_xsplit_on_the_measured_weights():
     """Auto runs nvfp4_linear on 10240x5120 (its tile table's variant: k split 4, 4 tiles a warp) through the
     xsplit kernel at 1..8 rows on compute capability 9 and through the stream kernels from 9 rows; every row
-    count gives the bits of the knob set to 0, and the rows of a 32-row call are those of their 1-row calls."""
+    count gives the bits of the knob set to 0, and each row of an 8-row call is that of its 1-row call and of
+    a 32-row call."""
     if torch.cuda.get_device_properties(0).major < 9:
         pytest.skip("thread-block clusters need compute capability 9 or more")
     cc9 = torch.cuda.get_device_properties(0).major == 9
