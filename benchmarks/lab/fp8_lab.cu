@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(32 * KS, MINB) tmap_kernel(const Fp8BlockParam
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) sb[d][nt] = __ldg(scp[nt] + ss + 2);
         }
-        float blk[NT][4];
+        float blk[NT][1][4];
         stream::zero_fill(blk);
         uint4 xn[kH];
 #pragma unroll
@@ -168,31 +168,20 @@ __global__ void __launch_bounds__(32 * KS, MINB) tmap_kernel(const Fp8BlockParam
 #pragma unroll
             for (int h = 0; h < kH; ++h) xn[h] = stream::load_x(xr[h] + kStepK * ss + 8 * (q + 1));
           }
-          uint32_t af[2][4];
+          uint32_t af[1][2][4];
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            af[0][hh] = xc[hh].x;
-            af[0][hh + 2] = xc[hh].y;
-            af[1][hh] = xc[hh].z;
-            af[1][hh + 2] = xc[hh].w;
+            af[0][0][hh] = xc[hh].x;
+            af[0][0][hh + 2] = xc[hh].y;
+            af[0][1][hh] = xc[hh].z;
+            af[0][1][hh + 2] = xc[hh].w;
           }
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t wr[8] = {wq[nt][0].x, wq[nt][0].y, wq[nt][0].z, wq[nt][0].w,
-                                    wq[nt][1].x, wq[nt][1].y, wq[nt][1].z, wq[nt][1].w};
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const uint32_t w = wr[2 * q + r];
-              const uint32_t b0 = e4m3x2_to<T>(uint16_t(w & 0xffffu));
-              const uint32_t b1 = e4m3x2_to<T>(uint16_t(w >> 16));
-              mma_16816<T>(blk[nt], af[r], b0, b1);
-            }
-          }
+          fp8_word_mmas<T, NT, 1>(blk, af, wq, q);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], __fmul_rn(blk[nt][i], sc[nt]));
+          for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], __fmul_rn(blk[nt][0][i], sc[nt]));
       }
       if (c == C - 1 || ss == kSW - 1) {
         __syncwarp();
