@@ -10,7 +10,9 @@
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I csrc \
 //     benchmarks/lab/xsplit_lab.cu csrc/gemm/nvfp4_stream_kernel.cu csrc/gemm/fp8_stream_kernel.cu \
 //     -o build/lab/xsplit_lab
-//   build/lab/xsplit_lab [--only nvfp4:34816x5120] [--rows 1,16,32] [--n 17408,16384 (NVFP4 N x 5120 only)]
+//   build/lab/xsplit_lab [--only nvfp4:34816x5120,fp8:5120x17408] [--rows 1,16,32] [--groups 4]
+//                        [--n 17408,16384 (NVFP4 N x 5120 only)]
+//   build/lab/xsplit_lab ... --policy 0|1|2  the xsplit kernels' cluster scheduling policy preference
 //   build/lab/xsplit_lab --profile ROWS [N]   NVFP4 N x 5120 (default 34816): a stream launch and an xsplit launch
 //                                             (4 groups, 4 stages, depth 2), twice, for ncu
 #include <cuda_bf16.h>
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,6 +59,19 @@ struct Form {
 };
 constexpr Form kForms[] = {{3, 1}, {4, 2}, {2, 2, true}};
 
+// --policy: the xsplit kernels' cluster scheduling policy preference (0 default, 1 spread, 2 load balancing), set
+// on each kernel before its first launch (session 47: does the H200's uneven placement of clusters of 4 move?)
+int g_policy = 0;
+std::vector<int> g_groups = {2, 4};  // --groups: the tile groups a CTA timed
+std::map<const void*, int> g_policy_set;  // the policy each kernel was last given
+template <typename F>
+void set_policy(F fn) {
+  const void* key = reinterpret_cast<const void*>(fn);
+  if (const auto it = g_policy_set.find(key); it != g_policy_set.end() && it->second == g_policy) return;
+  CK(cudaFuncSetAttribute(fn, cudaFuncAttributeClusterSchedulingPolicyPreference, g_policy));
+  g_policy_set[key] = g_policy;
+}
+
 template <bool kFp8, int K, int KS, int NT, int MT, int S, int D, bool kXRegs = false>
 auto kernel_of() {
   if constexpr (kFp8) return fp8_xsplit_kernel<bf16, K, KS, NT, MT, S, D>;
@@ -65,6 +81,7 @@ auto kernel_of() {
 template <bool kFp8, int K, int KS, int NT, int MT, int S, int D, typename P, bool kXRegs = false>
 void launch_xsplit(const P& p, int groups, bool pdl, cudaStream_t st) {
   auto fn = kernel_of<kFp8, K, KS, NT, MT, S, D, kXRegs>();
+  set_policy(fn);
   const size_t smem = xsplit_smem_bytes(KS, MT, S, groups, NT);
   size_t room = 0;
   CK(dynamic_smem_room(fn, &room));
@@ -113,11 +130,16 @@ void print_attrs() {
   cfg.dynamicSmemBytes = smem;
   cfg.attrs = &at;
   cfg.numAttrs = 1;
-  int clusters = 0;
-  CK(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+  int clusters[3] = {};
+  for (int pol = 0; pol < 3; ++pol) {
+    CK(cudaFuncSetAttribute(fn, cudaFuncAttributeClusterSchedulingPolicyPreference, pol));
+    CK(cudaOccupancyMaxActiveClusters(&clusters[pol], fn, &cfg));
+  }
+  g_policy_set.erase(reinterpret_cast<const void*>(fn));
+  set_policy(fn);
   std::printf("  %s K %d ks %d nt %d MT %d stages %d depth %d: %d registers, %zu local bytes, %d CTAs of 4 groups "
-              "an SM, %d clusters at once\n", kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes,
-              occ, clusters);
+              "an SM, clusters at once %d / %d / %d (policy default / spread / load balancing)\n", kFp8 ? "fp8" : "nvfp4",
+              K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ, clusters[0], clusters[1], clusters[2]);
 }
 
 // The data of one weight shape: `copies` weight copies (2x L2 in all), a copy of x per weight copy, fp32 y.
@@ -249,7 +271,7 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
     if (m >= 9) std::printf("  with the x copy %6.2f us (%4.1f%%)", fragged, pct(fragged));
     std::printf("\n");
     for (const Form f : kForms)
-      for (int groups : {2, 4}) {
+      for (int groups : g_groups) {
         if (n % (8 * NT * groups) != 0 || (f.xregs && (kFp8 || m > 16))) continue;
         CK(cudaMemset(d.y, 0xff, size_t(m) * n * 4));
         lab::run_or_time([&](int c, cudaStream_t st) { xs_launch(c, m, f, groups, false, st); }, d.copies, 0);
@@ -279,6 +301,8 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t l2 = size_t(prop.l2CacheSize);
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
   if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
     const int m = std::atoi(argv[2]);
     const int n = argc > 3 ? std::atoi(argv[3]) : 34816;
@@ -301,19 +325,24 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--rows") == 0) rows = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--n") == 0) ns = parse_list(argv[i + 1]);
+    if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--groups") == 0) g_groups = parse_list(argv[i + 1]);
   }
   const double ceiling = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs, read ceiling %.0f GB/s; bf16 x, fp32 outputs; us per call, PDL on, cold weights "
-              "and x\n", prop.name, prop.multiProcessorCount, ceiling);
+              "and x; xsplit cluster policy %d, min blocks %d\n", prop.name, prop.multiProcessorCount, ceiling, g_policy,
+              QWEN38_XSPLIT_MIN_BLOCKS);
   if (!ns.empty()) {
     for (int n : ns) run_case<false, 5120, 4, 4>(n, rows, ceiling, l2);
     return 0;
   }
-  auto want = [&](const char* c) { return only.empty() || only == c; };
+  auto want = [&](const char* c) { return only.empty() || only.find(c) != std::string::npos; };
   if (want("nvfp4:34816x5120")) run_case<false, 5120, 4, 4>(34816, rows, ceiling, l2);
   if (want("fp8:34816x5120")) run_case<true, 5120, 4, 4>(34816, rows, ceiling, l2);
   if (want("nvfp4:5120x17408")) run_case<false, 17408, 8, 4>(5120, rows, ceiling, l2);
   if (want("fp8:5120x17408")) run_case<true, 17408, 8, 2>(5120, rows, ceiling, l2);
   if (want("nvfp4:12288x5120")) run_case<false, 5120, 4, 4>(12288, rows, ceiling, l2);
+  if (want("nvfp4:5120x6144")) run_case<false, 6144, 8, 4>(5120, rows, ceiling, l2);
+  if (want("fp8:5120x6144")) run_case<true, 6144, 8, 2>(5120, rows, ceiling, l2);
   return 0;
 }
