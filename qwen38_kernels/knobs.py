@@ -160,10 +160,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "instead of once a tile group; the partials are summed in k-split order (the register-stream "
          "kernel's bits). auto (default): on compute capability 9, 10240x5120 at 1..8 rows, where the H200 "
          "timed 14.75 / 16.26 -> 14.16 / 14.92 us at 1 / 8 rows (an H100 16.3 / 18.7 -> 14.1 / 15.0; "
-         "benchmarks/results/h200/xsplit_s46.md); not 34816x5120 (11% faster on an H100, 1-4% slower on the "
-         "H200), 17408, 16384, 14336, 12288 or 6144 x 5120 (slower), nor 9..32 rows, where the stream kernel "
-         "reading x in the fragment order is faster; elsewhere and on other devices never; 1: wherever "
-         "compiled and the device places the clusters; 0: never. A launch detail: same bits."),
+         "benchmarks/results/h200/xsplit_s46.md), and 5120x6144 at 1..16 and 25..32 rows, where the H200 "
+         "timed 9.80 / 13.92 / 18.19 -> 9.52 / 10.30 / 14.61 us at 1 / 16 / 32 rows against the product's "
+         "path (benchmarks/results/h200/xsplit_s47.md; 17..24 rows slower); not 34816x5120 (11% faster on "
+         "an H100, 1-4% slower on the H200), 17408, 16384, 14336, 12288 or 6144 x 5120 or 5120x17408 "
+         "(slower), nor the K = 5120 weights at 9..32 rows, where the stream kernel reading x in the "
+         "fragment order is faster; elsewhere and on other devices never; 1: wherever compiled and the "
+         "device places the clusters; 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_PREFILL", "auto",
          "fp8_block_linear at more than 32 rows. chunked: the skinny kernel on 32-row slices (each row bit-identical to its 1-row call; the weight read once per slice); mma: the tensor-core kernel of csrc/gemm/fp8_prefill_kernel.cu, the contract's block arithmetic in tiles of 64 or 128 rows x 128 columns (bf16 or fp16 x; within the float64 bound, each row independent of the others and of the row count, not bit-identical to the 1..32-row kernels); dequant (bf16 x, a build with cuBLASLt; for A/B timing: slower than mma where measured): the weight split once into three bf16 terms summing exactly to fp32(e4m3 * block scale), three cuBLAS GEMMs into one fp32 sum, the epilogue (within the float64 bound, no row invariance, 6 bytes a weight of temporary terms, at most 384 MB at a time); auto (default): mma from the tile table's prefill_rows for the weight shape (the sweep's measured crossover), else from 64 rows (kMmaRows in csrc/gemm/fp8_block_linear.cpp: measured on the H200), 33 on a read-bound GPU (compute capability 12 such as GB10: the weight read once instead of once per slice); chunked below."),
     Knob("QWEN38_FP8_XSPLIT", "auto",

@@ -50,8 +50,15 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
 //   41.5 / 44.2 at 1 / 8 rows), nor 17408, 16384, 14336, 12288 or 6144 x 5120 (slower on both: 16384x5120 on the
 //   H200 17.2 -> 24.1 at 1 row); from 9 rows the K 5120 weights are faster through the fragment-order copy and
 //   the stream kernel (H100: 34816x5120 at 16 / 32 rows 48.4 / 55.6 against 50.8 / 66.9).
+// - NVFP4 5120x6144 (k split 8, 4 tiles a warp: 40 clusters of 8, one wave), 1..16 and 25..32 rows: H200
+//   (benchmarks/results/h200/xsplit_s47.md) 9.80 / 13.73 / 13.92 / 18.19 -> 9.52 / 9.82 / 10.30 / 14.61 us at 1 /
+//   9 / 16 / 32 rows against the product's path (the fragment-order copy and the stream kernel from 9 rows); at
+//   24 rows 13.19 against 13.96 (not taken). The product on an H100 (h100/xsplit_s47.md, knob 0 -> auto): 13.39 /
+//   15.90 / 20.97 -> 11.34 / 12.39 / 15.72 us at 1 / 16 / 32 rows, 17..24 rows a tie. Not 5120x17408 (slower at
+//   1..16 rows on the H200, a tie at 24..32).
 bool xsplit_rule(bool fp8, int64_t m, int64_t n, int64_t k) {
-  const bool take = fp8 ? k == 17408 && m > 16 : k == 5120 && n == 10240 && m <= 8;
+  const bool take = fp8 ? k == 17408 && m > 16
+                        : (k == 5120 && n == 10240 && m <= 8) || (k == 6144 && n == 5120 && (m <= 16 || m > 24));
   if (!take) return false;
   int major = 0;
   return device_cc_major(&major) == cudaSuccess && major == 9;
@@ -67,9 +74,10 @@ bool serves(const P& p, const SkinnyVariant& v) {
   if (p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return false;
   using T = __nv_bfloat16;
   const size_t smem = xsplit_smem_bytes(v.ksplit, 2, 4, 4, nt);  // (the most any form takes)
+  constexpr int kWideNt = kFp8 ? 2 : 4;
   if (p.k == 5120) return clusters_fit(kernel_of<kFp8, T, 5120, 4, 4, 2>(), 4, 128, smem);
-  if constexpr (kFp8) return clusters_fit(kernel_of<kFp8, T, 17408, 8, 2, 2>(), 8, 128, smem);
-  else return clusters_fit(kernel_of<kFp8, T, 17408, 8, 4, 2>(), 8, 128, smem);
+  if (p.k == 6144) return clusters_fit(kernel_of<kFp8, T, 6144, 8, kWideNt, 2>(), 8, 128, smem);
+  return clusters_fit(kernel_of<kFp8, T, 17408, 8, kWideNt, 2>(), 8, 128, smem);
 }
 
 template <bool kFp8, typename T, int K, int KS, int NT, int MT, typename P>

@@ -7,9 +7,9 @@
 // one warp each, and its warps share one copy of x's k range in shared memory (a ring of kStages steps, copied
 // by cp.async, one commit group a step), so x crosses L2 once a cluster: groups times fewer bytes.
 // Where it pays (xsplit_kernel.cu xsplit_rule; sessions 45 / 46's lab, benchmarks/lab/xsplit_lab.cu and
-// benchmarks/results/h100/xsplit_s45.md, h100/ and h200/xsplit_s46.md): FP8 5120x17408 at 17..32 rows, NVFP4
-// 10240x5120 at 1..8 rows; not the K 5120 weights at 17..32 rows, where the stream kernel reading x in the
-// fragment order is faster.
+// benchmarks/results/h100/xsplit_s45.md, h100/ and h200/xsplit_s46.md, xsplit_s47.md): FP8 5120x17408 at 17..32
+// rows, NVFP4 10240x5120 at 1..8 rows, NVFP4 5120x6144 at 1..16 and 25..32 rows; not the K 5120 weights at 17..32
+// rows, where the stream kernel reading x in the fragment order is faster.
 //
 // The same bits: every warp computes its tile group's partial over its k range exactly as the stream kernel's
 // warp r does (word q outer, tiles inner, the same mmas from zero; only where the activations come from
