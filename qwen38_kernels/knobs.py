@@ -173,10 +173,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "fp8_block_linear at 1..32 rows on the large weights' variants (K = 5120 at k split 4 and 4 tiles a "
          "warp; K = 17408 / 6144 at k split 8 and 2 tiles) through the k-split-across-CTAs kernel "
          "(csrc/gemm/xsplit_kernel.cuh; as QWEN38_NVFP4_XSPLIT). auto (default): on compute capability 9, "
-         "at K = 17408 (5120x17408: 320 tile groups, each reading all of x) at 17..32 rows, where an H100 "
-         "timed 53.5 / 53.4 / 61.7 -> 46.3 / 49.0 / 53.4 us at 17 / 24 / 32 rows against the stream kernel "
-         "reading x in the fragment order (benchmarks/results/h100/xsplit_s45.md; slower at 1 row and on the "
-         "K = 5120 weights; the H200 not measured); elsewhere and on other devices never; 1: wherever "
+         "at K = 17408 (5120x17408: 320 tile groups, each reading all of x) and on 5120x6144 at 17..32 rows, "
+         "where an H100 timed 53.5 / 53.4 / 61.7 -> 46.3 / 49.0 / 53.4 us at 17 / 24 / 32 rows (5120x17408) "
+         "and 22.1 / 24.9 -> 20.2 / 22.5 at 17 / 32 rows (5120x6144) against the stream kernel reading x in "
+         "the fragment order (benchmarks/results/h100/xsplit_s45.md, xsplit_s47.md; slower at 1..16 rows "
+         "and on the K = 5120 weights); elsewhere and on other devices never; 1: wherever "
          "compiled and the device places the clusters; 0: never. A launch detail: same bits."),
     Knob("QWEN38_FP8_XFRAG", "auto",
          "auto (default): on compute capability 9, fp8_block_linear at 9..32 rows (each 32-row slice of 9 "

@@ -3,8 +3,8 @@ forced on, nvfp4_linear and fp8_block_linear on the large weights' variants run 
 and give the bits of the register-stream kernel (knob 0) for bf16 and fp16 x, with bias and fp32 output, from a
 strided x, in a CUDA graph; every row of a 32-row call agrees with its 1-row call; other variants never run them;
 auto (the default) takes them on compute capability 9 for FP8 at K 17408 (k split 8, 2 tiles a warp: 5120x17408)
-at 17..32 rows and for NVFP4 10240x5120 at 1..8 rows and 5120x6144 at 1..16 and 25..32 rows only; a bad knob
-value is an error naming the knob."""
+and 5120x6144 at 17..32 rows, and for NVFP4 10240x5120 at 1..8 rows and 5120x6144 at 1..16 and 25..32 rows
+only; a bad knob value is an error naming the knob."""
 from __future__ import annotations
 
 import pytest
@@ -30,6 +30,13 @@ def _fp8(n, k):
     w = f8.quantize_fp8_block((torch.randn(n, k, generator=g) * 0.05).to(torch.bfloat16))
     wc, sc = w.weight.cuda(), w.weight_scale_inv.cuda()
     return lambda x, *e: OPS.fp8_block_linear(x, wc, sc, *e)
+
+
+def _auto_takes(op, m, n, k):
+    """The rule of xsplit_kernel.cu (xsplit_rule) on compute capability 9, written out again."""
+    if op == "fp8_block_linear":
+        return (k == 17408 or (n, k) == (5120, 6144)) and m > 16
+    return ((n, k) == (10240, 5120) and m <= 8) or ((n, k) == (5120, 6144) and (m <= 16 or m > 24))
 
 
 # (op, knob, weight maker, n, k, k split, tiles a warp): the variants compiled (xsplit_kernel.cu)
@@ -61,7 +68,7 @@ def test_xsplit_writes_the_stream_kernels_bits(case, skinny_variant):
                 assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 1, {m} rows"
             with q.knobs.override(**{knob: "0"}):
                 assert not xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))), f"{op} {xdt} knob 0, {m} rows"
-            auto = cc9 and (k == 17408 and m > 16 if op == "fp8_block_linear" else n == 10240 and m <= 8)
+            auto = cc9 and _auto_takes(op, m, n, k)
             assert xsplit(qt.cuda_kernel_names(lambda: call(x[:m]))) == auto, f"{op} {xdt} auto, {m} rows"
         with q.knobs.override(**{knob: "0"}):
             qt.assert_knob_keeps_bits(call, x, knob, "1", rows=(1, 2, 8, 9, 16, 17, 24, 25, 32),
@@ -88,31 +95,34 @@ def test_xsplit_leaves_other_variants_alone(skinny_variant):
                 assert not any("xsplit_kernel" in s for s in qt.cuda_kernel_names(lambda: call(x[:m]))), knob
 
 
-# (n, k, the rows auto takes xsplit at on compute capability 9, the rows checked): the measured weights
+# (op, knob, weight maker, n, k, the rows checked): the measured weights auto takes (_auto_takes)
 AUTO_CASES = [
-    (10240, 5120, lambda m: m <= 8, (1, 5, 8, 9, 32)),
-    (5120, 6144, lambda m: m <= 16 or m > 24, (1, 9, 16, 17, 24, 25, 32)),
+    ("nvfp4_linear", "QWEN38_NVFP4_XSPLIT", _nvfp4, 10240, 5120, (1, 5, 8, 9, 32)),
+    ("nvfp4_linear", "QWEN38_NVFP4_XSPLIT", _nvfp4, 5120, 6144, (1, 9, 16, 17, 24, 25, 32)),
+    ("fp8_block_linear", "QWEN38_FP8_XSPLIT", _fp8, 5120, 6144, (1, 16, 17, 24, 25, 32)),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", AUTO_CASES, ids=lambda c: f"{c[0]}x{c[1]}")
-def test_nvfp4_auto_takes_xsplit_on_the_measured_weights(case):
+@pytest.mark.parametrize("case", AUTO_CASES, ids=lambda c: f"{c[0]}-{c[3]}x{c[4]}")
+def test_auto_takes_xsplit_on_the_measured_weights(case):
     """Auto runs nvfp4_linear on 10240x5120 (its tile table's variant: k split 4, 4 tiles a warp) through the
-    xsplit kernel at 1..8 rows and on 5120x6144 (k split 8, 4 tiles) at 1..16 and 25..32 rows on compute
-    capability 9, elsewhere through the stream kernels; every row count gives the bits of the knob set to 0,
-    and each row of a 32-row call is that of its 1-row call."""
+    xsplit kernel at 1..8 rows and on 5120x6144 (k split 8, 4 tiles) at 1..16 and 25..32 rows, and
+    fp8_block_linear on 5120x6144 (k split 8, 2 tiles) at 17..32 rows, on compute capability 9; elsewhere
+    through the stream kernels. Every row count gives the bits of the knob set to 0, and each row of a 32-row
+    call is that of its 1-row call."""
     if torch.cuda.get_device_properties(0).major < 9:
         pytest.skip("thread-block clusters need compute capability 9 or more")
     cc9 = torch.cuda.get_device_properties(0).major == 9
-    n, k, takes, rows = case
-    call = _nvfp4(n, k)
+    op, knob, make, n, k, rows = case
+    call = make(n, k)
     x = qt.randn_nonzero(32, k, device="cuda", seed=84)
     for m in rows:
         names = qt.cuda_kernel_names(lambda: call(x[:m]))
-        assert any("xsplit_kernel" in s for s in names) == (cc9 and takes(m)), f"auto at {m} rows: {names}"
-    with q.knobs.override(QWEN38_NVFP4_XSPLIT="0"):
+        assert any("xsplit_kernel" in s for s in names) == (cc9 and _auto_takes(op, m, n, k)), \
+            f"{op} auto at {m} rows: {names}"
+    with q.knobs.override(**{knob: "0"}):
         want = call(x)
-        qt.assert_knob_keeps_bits(call, x, "QWEN38_NVFP4_XSPLIT", "auto", rows=rows, what=f"nvfp4_linear {n}x{k}: ")
+        qt.assert_knob_keeps_bits(call, x, knob, "auto", rows=rows, what=f"{op} {n}x{k}: ")
     qt.assert_row_invariant(lambda t: call(t), x, max_rows=32)
-    qt.assert_bitwise_equal(call(x), want, f"nvfp4_linear {n}x{k}: auto at 32 rows against the knob at 0")
+    qt.assert_bitwise_equal(call(x), want, f"{op} {n}x{k}: auto at 32 rows against the knob at 0")

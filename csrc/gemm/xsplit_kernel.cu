@@ -43,7 +43,9 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
 // - FP8 at K 17408, k split 8 and 2 tiles a warp (5120x17408: 320 tile groups reading all of x each, 4x the
 //   weight's bytes of x through L2 at 32 rows), 17..32 rows: the product's path (x copied into the fragment
 //   order, then the stream kernel) 53.5 / 53.4 / 61.7 us at 17 / 24 / 32 rows, this kernel (4 stages, depth 2, 4
-//   tile groups) 46.3 / 49.0 / 53.4; at 1 row 34.8 against 39.1 (not taken).
+//   tile groups) 46.3 / 49.0 / 53.4; at 1 row 34.8 against 39.1 (not taken). The same at K 6144 (5120x6144),
+//   17..32 rows: H100 22.1 / 22.2 / 24.8 / 24.9 -> 20.2 / 21.1 / 21.3 / 22.5 us at 17 / 24 / 25 / 32 rows
+//   (benchmarks/results/h100/xsplit_s47.md); slower at 1..16 rows (14.5 -> 17.1 at 1 row).
 // - NVFP4 10240x5120 (k split 4, 4 tiles a warp), 1..8 rows: H200 14.75 / 15.42 / 16.26 -> 14.16 / 14.29 / 14.92 us
 //   at 1 / 4 / 8 rows (benchmarks/results/h200/xsplit_s46.md); H100 16.3 / 17.9 / 18.7 -> 14.1 / 14.3 / 15.0
 //   (sessions 45 and 46). Not 34816x5120: 11% faster on the H100 but 1-4% slower on the H200 (40.7 / 42.7 ->
@@ -57,7 +59,7 @@ int compiled_nt(int64_t k, const SkinnyVariant& v, int64_t m) {
 //   15.90 / 20.97 -> 11.34 / 12.39 / 15.72 us at 1 / 16 / 32 rows, 17..24 rows a tie. Not 5120x17408 (slower at
 //   1..16 rows on the H200, a tie at 24..32).
 bool xsplit_rule(bool fp8, int64_t m, int64_t n, int64_t k) {
-  const bool take = fp8 ? k == 17408 && m > 16
+  const bool take = fp8 ? (k == 17408 || (k == 6144 && n == 5120)) && m > 16
                         : (k == 5120 && n == 10240 && m <= 8) || (k == 6144 && n == 5120 && (m <= 16 || m > 24));
   if (!take) return false;
   int major = 0;
