@@ -11,7 +11,7 @@
 //     benchmarks/lab/xsplit_lab.cu csrc/gemm/nvfp4_stream_kernel.cu csrc/gemm/fp8_stream_kernel.cu \
 //     -o build/lab/xsplit_lab
 //   build/lab/xsplit_lab [--only nvfp4:34816x5120,fp8:5120x17408] [--rows 1,16,32] [--groups 4]
-//                        [--n 17408,16384 (NVFP4 N x 5120 only)]
+//                        [--n 17408,16384 (NVFP4 N x 5120 only)] [--fp8-n 10240,6144 (FP8 N x 5120 only)]
 //   build/lab/xsplit_lab ... --policy 0|1|2  the xsplit kernels' cluster scheduling policy preference
 //   build/lab/xsplit_lab --profile ROWS [N]   NVFP4 N x 5120 (default 34816): a stream launch and an xsplit launch
 //                                             (4 groups, 4 stages, depth 2), twice, for ncu
@@ -320,11 +320,13 @@ int main(int argc, char** argv) {
   }
   std::string only;
   std::vector<int> rows = {1, 8, 16, 17, 24, 32};
-  std::vector<int> ns;  // --n: NVFP4 N x 5120 weights (k split 4, 4 tiles) only
+  std::vector<int> ns;     // --n: NVFP4 N x 5120 weights (k split 4, 4 tiles) only
+  std::vector<int> fp8ns;  // --fp8-n: FP8 N x 5120 weights (k split 4, 4 tiles) only
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--rows") == 0) rows = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--n") == 0) ns = parse_list(argv[i + 1]);
+    if (std::strcmp(argv[i], "--fp8-n") == 0) fp8ns = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--groups") == 0) g_groups = parse_list(argv[i + 1]);
   }
@@ -332,8 +334,9 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, read ceiling %.0f GB/s; bf16 x, fp32 outputs; us per call, PDL on, cold weights "
               "and x; xsplit cluster policy %d, min blocks %d\n", prop.name, prop.multiProcessorCount, ceiling, g_policy,
               QWEN38_XSPLIT_MIN_BLOCKS);
-  if (!ns.empty()) {
+  if (!ns.empty() || !fp8ns.empty()) {
     for (int n : ns) run_case<false, 5120, 4, 4>(n, rows, ceiling, l2);
+    for (int n : fp8ns) run_case<true, 5120, 4, 4>(n, rows, ceiling, l2);
     return 0;
   }
   auto want = [&](const char* c) { return only.empty() || only.find(c) != std::string::npos; };
