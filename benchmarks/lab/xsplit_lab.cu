@@ -13,7 +13,8 @@
 //   build/lab/xsplit_lab [--only nvfp4:34816x5120,fp8:5120x17408] [--rows 1,16,32] [--groups 4]
 //                        [--n 17408,16384 (NVFP4 N x 5120 only)] [--fp8-n 10240,6144 (FP8 N x 5120 only)]
 //   build/lab/xsplit_lab ... --policy 0|1|2  the xsplit kernels' cluster scheduling policy preference
-//   build/lab/xsplit_lab --profile ROWS [N]   NVFP4 N x 5120 (default 34816): a stream launch and an xsplit launch
+//   build/lab/xsplit_lab --profile ROWS [N [K]]   NVFP4 N x K (default 34816 x 5120; K 17408 / 6144 at k split 8):
+//                                             a stream launch and an xsplit launch
 //                                             (4 groups, 4 stages, depth 2), twice, for ncu
 #include <cuda_bf16.h>
 
@@ -306,14 +307,22 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
     const int m = std::atoi(argv[2]);
     const int n = argc > 3 ? std::atoi(argv[3]) : 34816;
-    Data d(false, n, 5120, l2);
+    const int k = argc > 4 ? std::atoi(argv[4]) : 5120;
+    if (k != 5120 && k != 17408 && k != 6144) {
+      std::fprintf(stderr, "--profile: K must be 5120, 17408 or 6144\n");
+      return 2;
+    }
+    Data d(false, n, k, l2);
     SkinnyVariant v;
-    v.ksplit = 4;
+    v.ksplit = k == 5120 ? 4 : 8;
     v.nt_narrow = 4;
     v.nt_wide = 4;
     for (int rep = 0; rep < 2; ++rep) {
       CK(launch_nvfp4_stream(Act::kBF16, d.nvfp4(rep, m), v, false, nullptr));
-      launch_x<false, 5120, 4, 4>(static_cast<const Nvfp4Params&>(d.nvfp4(rep, m)), Form{4, 2}, 4, false, nullptr);
+      const auto& q = static_cast<const Nvfp4Params&>(d.nvfp4(rep, m));
+      if (k == 5120) launch_x<false, 5120, 4, 4>(q, Form{4, 2}, 4, false, nullptr);
+      else if (k == 17408) launch_x<false, 17408, 8, 4>(q, Form{4, 2}, 4, false, nullptr);
+      else launch_x<false, 6144, 8, 4>(q, Form{4, 2}, 4, false, nullptr);
     }
     CK(cudaDeviceSynchronize());
     return 0;
