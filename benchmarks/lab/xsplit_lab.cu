@@ -13,6 +13,8 @@
 //   build/lab/xsplit_lab [--only nvfp4:34816x5120,fp8:5120x17408] [--rows 1,16,32] [--groups 4]
 //                        [--n 17408,16384 (NVFP4 N x 5120 only)] [--fp8-n 10240,6144 (FP8 N x 5120 only)]
 //   build/lab/xsplit_lab ... --policy 0|1|2  the xsplit kernels' cluster scheduling policy preference
+//   build/lab/xsplit_lab --depth 17408,6144 [--rows 1,4,8]   NVFP4 5120 x K at 1..8 rows: the product's stream kernel
+//                                             against its transposed body at 2 / 3 / 4 / 5 steps ahead (run_depth)
 //   build/lab/xsplit_lab --profile ROWS [N [K]]   NVFP4 N x K (default 34816 x 5120; K 17408 / 6144 at k split 8):
 //                                             a stream launch and an xsplit launch
 //                                             (4 groups, 4 stages, depth 2), twice, for ncu
@@ -30,6 +32,7 @@
 #include "common/launch.cuh"
 #include "gemm/fp8_block_linear_launch.h"
 #include "gemm/nvfp4_linear_launch.h"
+#include "gemm/nvfp4_stream_kernel.cuh"
 #include "gemm/xsplit_kernel.cuh"
 #include "lab_common.cuh"
 
@@ -286,6 +289,71 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
   }
 }
 
+// --depth (session 47): the 5120-row NVFP4 weights at K 17408 / 6144 (k split 8, 4 tiles a warp: 320 CTAs of 4 warps
+// in clusters of 2, ~2.4 an SM: ncu found their 1-row kernels bound by the warps' latency, h100/xsplit_s47.md) with
+// more weight steps in flight. The product's transposed body (nvfp4_stream_t, 1..8 rows) at kDepth steps ahead,
+// held to 3 CTAs of 128 threads an SM (168 registers: the grid still runs in one wave) instead of the product's
+// 128-register cap of its 256-thread form; the same arithmetic, so the stream kernel's bits (checked).
+template <int K, int kDepth>
+__global__ void __launch_bounds__(128, 3) nvfp4_depth_t_kernel(const Nvfp4Params p) {
+  nvfp4_stream_t<bf16, K, 8, 4, 1, false, kDepth>(p);
+}
+
+template <int K, int kDepth>
+void launch_depth(const Nvfp4Params& p, bool pdl, cudaStream_t st) {
+  const int64_t tiles = p.n / 32;
+  const size_t smem = size_t(4) * 8 * 16 * 8 * sizeof(float);  // the cluster form's partials (cluster_smem)
+  CK(launch_kernel_cluster(nvfp4_depth_t_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
+                           p));
+}
+
+template <int K, int kDepth>
+void depth_attrs() {
+  cudaFuncAttributes a{};
+  CK(cudaFuncGetAttributes(&a, nvfp4_depth_t_kernel<K, kDepth>));
+  int occ = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, nvfp4_depth_t_kernel<K, kDepth>, 128, 16384));
+  std::printf("  nvfp4 K %d ks 8 nt 4, 1..8 rows, depth %d: %d registers, %zu local bytes, %d CTAs an SM\n", K, kDepth,
+              a.numRegs, a.localSizeBytes, occ);
+}
+
+template <int K>
+void run_depth(const std::vector<int>& rows, double ceiling, size_t l2) {
+  depth_attrs<K, 2>();
+  depth_attrs<K, 3>();
+  depth_attrs<K, 4>();
+  depth_attrs<K, 5>();
+  Data d(false, 5120, K, l2);
+  SkinnyVariant v;
+  v.ksplit = 8;
+  v.nt_narrow = 4;
+  v.nt_wide = 4;
+  const int calls = std::max(200, 2 * d.copies);
+  using Launch = void (*)(const Nvfp4Params&, bool, cudaStream_t);
+  const std::pair<int, Launch> forms[] = {{2, launch_depth<K, 2>}, {3, launch_depth<K, 3>}, {4, launch_depth<K, 4>},
+                                          {5, launch_depth<K, 5>}};
+  for (int m : rows) {
+    if (m > 8) continue;  // (the transposed body at one group of 8 rows)
+    auto pct = [&](float us) { return 100.0 * d.bytes(m) / (us * 1e3) / ceiling; };
+    auto product = [&](int c, bool pdl, cudaStream_t st) {
+      CK(launch_nvfp4_stream(Act::kBF16, d.nvfp4(c, m), v, pdl, st));
+    };
+    const float base = lab::run_or_time([&](int c, cudaStream_t st) { product(c, true, st); }, d.copies, calls);
+    lab::run_or_time([&](int c, cudaStream_t st) { product(c, false, st); }, d.copies, 0);
+    const std::vector<uint8_t> ref = d.output(m);
+    std::printf("nvfp4  5120x%d rows %2d  stream %6.2f us (%4.1f%%)\n", K, m, base, pct(base));
+    for (const auto& [depth, fn] : forms) {
+      CK(cudaMemset(d.y, 0xff, size_t(m) * 5120 * 4));
+      lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), false, st); }, d.copies, 0);
+      const bool same = d.output(m) == ref;
+      const float us = lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), true, st); }, d.copies, calls);
+      std::printf("        depth %d, 3 CTAs of 128 an SM   %6.2f us (%4.1f%%)  %s\n", depth, us, pct(us),
+                  same ? "same bits" : "BITS DIFFER");
+    }
+    std::fflush(stdout);
+  }
+}
+
 std::vector<int> parse_list(const char* s) {
   std::vector<int> v;
   for (const char* c = s; *c;) {
@@ -331,6 +399,7 @@ int main(int argc, char** argv) {
   std::vector<int> rows = {1, 8, 16, 17, 24, 32};
   std::vector<int> ns;     // --n: NVFP4 N x 5120 weights (k split 4, 4 tiles) only
   std::vector<int> fp8ns;  // --fp8-n: FP8 N x 5120 weights (k split 4, 4 tiles) only
+  std::string depth;       // --depth 17408,6144: the depth forms of 5120 x K (run_depth)
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--rows") == 0) rows = parse_list(argv[i + 1]);
@@ -338,11 +407,17 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--fp8-n") == 0) fp8ns = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--groups") == 0) g_groups = parse_list(argv[i + 1]);
+    if (std::strcmp(argv[i], "--depth") == 0) depth = argv[i + 1];
   }
   const double ceiling = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs, read ceiling %.0f GB/s; bf16 x, fp32 outputs; us per call, PDL on, cold weights "
               "and x; xsplit cluster policy %d, min blocks %d\n", prop.name, prop.multiProcessorCount, ceiling, g_policy,
               QWEN38_XSPLIT_MIN_BLOCKS);
+  if (!depth.empty()) {
+    if (depth.find("17408") != std::string::npos) run_depth<17408>(rows, ceiling, l2);
+    if (depth.find("6144") != std::string::npos) run_depth<6144>(rows, ceiling, l2);
+    return 0;
+  }
   if (!ns.empty() || !fp8ns.empty()) {
     for (int n : ns) run_case<false, 5120, 4, 4>(n, rows, ceiling, l2);
     for (int n : fp8ns) run_case<true, 5120, 4, 4>(n, rows, ceiling, l2);

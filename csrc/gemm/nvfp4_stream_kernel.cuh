@@ -261,7 +261,8 @@ __device__ __forceinline__ void nvfp4_t_word(float (&acc)[NT / 2][NX][4], const 
   }
 }
 
-template <typename T, int K, int KSPLIT, int NT, int NX, bool kFrag = false>
+// kDepth > 0 (a lab's, benchmarks/lab/xsplit_lab.cu --depth): that many steps ahead instead of the rule below
+template <typename T, int K, int KSPLIT, int NT, int NX, bool kFrag = false, int kDepth = 0>
 __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
   static_assert(NT % 2 == 0 && NX >= 1 && NX <= 4, "pairs of 8-row weight tiles, 1..4 groups of 8 rows of x");
@@ -272,7 +273,9 @@ __device__ __forceinline__ void nvfp4_stream_t(const Nvfp4Params& p) {
   // steps ahead (fp16 at k split 8, 4 tiles and 2 groups: 1, which spills 8-12 bytes at 2 under the
   // 128-register cap of its 256-thread blocks; the library runs the x-as-A body at 2 groups, so only
   // the lab, benchmarks/lab/nvfp4_t_lab.cu, compiles that case), register sets
-  constexpr int kD = KSPLIT == 8 && NT == 4 && NX == 2 && std::is_same_v<T, __half> ? 1 : kStreamDepth;
+  constexpr int kD = kDepth > 0                                                           ? kDepth
+                     : KSPLIT == 8 && NT == 4 && NX == 2 && std::is_same_v<T, __half> ? 1
+                                                                                      : kStreamDepth;
   constexpr int kR = kD + 1;
   static_assert(K % (kStepK * KSPLIT) == 0 && kSW >= kD && K <= kStreamMaxK, "unserved K / k split");
   __shared__ float partial[KSPLIT][MT * 16][8];
