@@ -13,8 +13,8 @@
 //   build/lab/xsplit_lab [--only nvfp4:34816x5120,fp8:5120x17408] [--rows 1,16,32] [--groups 4]
 //                        [--n 17408,16384 (NVFP4 N x 5120 only)] [--fp8-n 10240,6144 (FP8 N x 5120 only)]
 //   build/lab/xsplit_lab ... --policy 0|1|2  the xsplit kernels' cluster scheduling policy preference
-//   build/lab/xsplit_lab --depth 17408,6144 [--rows 1,4,8]   NVFP4 5120 x K at 1..8 rows: the product's stream kernel
-//                                             against its transposed body at 2 / 3 / 4 / 5 steps ahead (run_depth)
+//   build/lab/xsplit_lab --depth 17408,6144 [--rows 1,8,16]  NVFP4 5120 x K at 1..16 rows: the product's stream
+//                                             kernel against its body at 2 / 3 / 4 / 5 steps ahead (run_depth)
 //   build/lab/xsplit_lab --profile ROWS [N [K]]   NVFP4 N x K (default 34816 x 5120; K 17408 / 6144 at k split 8):
 //                                             a stream launch and an xsplit launch
 //                                             (4 groups, 4 stages, depth 2), twice, for ncu
@@ -294,27 +294,50 @@ void run_case(int64_t n, const std::vector<int>& rows, double ceiling, size_t l2
 // more weight steps in flight. The product's transposed body (nvfp4_stream_t, 1..8 rows) at kDepth steps ahead,
 // held to 3 CTAs of 128 threads an SM (168 registers: the grid still runs in one wave) instead of the product's
 // 128-register cap of its 256-thread form; the same arithmetic, so the stream kernel's bits (checked).
+// 9..16 rows: the product's path there, x copied into the fragment order (layout kXfragPairedA) and the x-as-A
+// body reading it (nvfp4_stream_tf_kernel at 2 groups), the copy kernel included in the timing.
 template <int K, int kDepth>
 __global__ void __launch_bounds__(128, 3) nvfp4_depth_t_kernel(const Nvfp4Params p) {
   nvfp4_stream_t<bf16, K, 8, 4, 1, false, kDepth>(p);
 }
-
 template <int K, int kDepth>
-void launch_depth(const Nvfp4Params& p, bool pdl, cudaStream_t st) {
+__global__ void __launch_bounds__(128, 3) nvfp4_depth_xaf_kernel(const Nvfp4Params p) {
+  nvfp4_stream_xa<bf16, K, 8, 4, 1, true, kDepth>(p);
+}
+
+// p.m <= 8: the transposed body; else the copy into xfrag (K x 32 bytes at 2 groups), then
+// the x-as-A body on it
+template <int K, int kDepth>
+void launch_depth(const Nvfp4Params& p, void* xfrag, bool pdl, cudaStream_t st) {
   const int64_t tiles = p.n / 32;
   const size_t smem = size_t(4) * 8 * 16 * 8 * sizeof(float);  // the cluster form's partials (cluster_smem)
-  CK(launch_kernel_cluster(nvfp4_depth_t_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
-                           p));
+  if (p.m <= 8) {
+    CK(launch_kernel_cluster(nvfp4_depth_t_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
+                             p));
+    return;
+  }
+  constexpr auto copy = stream::xfrag_kernel<uint16_t, stream::kXfragPairedA>;
+  const int64_t n16 = p.k * 2;
+  CK(launch_kernel(copy, dim3(unsigned((n16 + 255) / 256)), dim3(256), 0, st, pdl, static_cast<const uint16_t*>(p.x),
+                   p.m, p.x_stride, p.k, 2, static_cast<uint4*>(xfrag)));
+  Nvfp4Params q = p;
+  q.x = xfrag;
+  CK(launch_kernel_cluster(nvfp4_depth_xaf_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
+                           q));
 }
 
 template <int K, int kDepth>
 void depth_attrs() {
-  cudaFuncAttributes a{};
-  CK(cudaFuncGetAttributes(&a, nvfp4_depth_t_kernel<K, kDepth>));
-  int occ = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, nvfp4_depth_t_kernel<K, kDepth>, 128, 16384));
-  std::printf("  nvfp4 K %d ks 8 nt 4, 1..8 rows, depth %d: %d registers, %zu local bytes, %d CTAs an SM\n", K, kDepth,
-              a.numRegs, a.localSizeBytes, occ);
+  for (int body = 0; body < 2; ++body) {
+    const auto fn = body == 0 ? nvfp4_depth_t_kernel<K, kDepth> : nvfp4_depth_xaf_kernel<K, kDepth>;
+    cudaFuncAttributes a{};
+    CK(cudaFuncGetAttributes(&a, fn));
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, 16384));
+    std::printf("  nvfp4 K %d ks 8 nt 4, %s, depth %d: %d registers, %zu local bytes, %d CTAs an SM\n", K,
+                body == 0 ? "1..8 rows (transposed)" : "9..16 rows (x-as-A, x copied)", kDepth, a.numRegs,
+                a.localSizeBytes, occ);
+  }
 }
 
 template <int K>
@@ -329,24 +352,28 @@ void run_depth(const std::vector<int>& rows, double ceiling, size_t l2) {
   v.nt_narrow = 4;
   v.nt_wide = 4;
   const int calls = std::max(200, 2 * d.copies);
-  using Launch = void (*)(const Nvfp4Params&, bool, cudaStream_t);
+  using Launch = void (*)(const Nvfp4Params&, void*, bool, cudaStream_t);
   const std::pair<int, Launch> forms[] = {{2, launch_depth<K, 2>}, {3, launch_depth<K, 3>}, {4, launch_depth<K, 4>},
                                           {5, launch_depth<K, 5>}};
   for (int m : rows) {
-    if (m > 8) continue;  // (the transposed body at one group of 8 rows)
+    if (m > 16) continue;  // (one or two groups of 8 rows)
     auto pct = [&](float us) { return 100.0 * d.bytes(m) / (us * 1e3) / ceiling; };
-    auto product = [&](int c, bool pdl, cudaStream_t st) {
-      CK(launch_nvfp4_stream(Act::kBF16, d.nvfp4(c, m), v, pdl, st));
+    auto product = [&](int c, bool pdl, cudaStream_t st) {  // (from 9 rows with the copy, as nvfp4_linear runs it)
+      Nvfp4Launch q = d.nvfp4(c, m);
+      if (m >= 9) q.xfrag = d.xfrag;
+      CK(launch_nvfp4_stream(Act::kBF16, q, v, pdl, st));
     };
     const float base = lab::run_or_time([&](int c, cudaStream_t st) { product(c, true, st); }, d.copies, calls);
     lab::run_or_time([&](int c, cudaStream_t st) { product(c, false, st); }, d.copies, 0);
     const std::vector<uint8_t> ref = d.output(m);
-    std::printf("nvfp4  5120x%d rows %2d  stream %6.2f us (%4.1f%%)\n", K, m, base, pct(base));
+    std::printf("nvfp4  5120x%d rows %2d  stream%s %6.2f us (%4.1f%%)\n", K, m, m >= 9 ? " with the x copy" : "", base,
+                pct(base));
     for (const auto& [depth, fn] : forms) {
       CK(cudaMemset(d.y, 0xff, size_t(m) * 5120 * 4));
-      lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), false, st); }, d.copies, 0);
+      lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), d.xfrag, false, st); }, d.copies, 0);
       const bool same = d.output(m) == ref;
-      const float us = lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), true, st); }, d.copies, calls);
+      const float us =
+          lab::run_or_time([&](int c, cudaStream_t st) { fn(d.nvfp4(c, m), d.xfrag, true, st); }, d.copies, calls);
       std::printf("        depth %d, 3 CTAs of 128 an SM   %6.2f us (%4.1f%%)  %s\n", depth, us, pct(us),
                   same ? "same bits" : "BITS DIFFER");
     }

@@ -106,14 +106,16 @@ constexpr int stream_depth_wide4() {
 // NT: 8-row tiles per warp; MT: m16 tiles (1: rows 1..16, 2: rows 17..32 against the same B
 // registers, like the ring kernel's MT 2: each row's sums are the same). kFrag: p.x is x in the
 // fragment order of 2 MT groups, layout kXfragPairedA (stream_common.cuh activation_frag; NT > 1).
-template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false>
+// kDepth > 0 (a lab's, benchmarks/lab/xsplit_lab.cu --depth): that many steps ahead instead of the rule below.
+template <typename T, int K, int KSPLIT, int NT, int MT, bool kFrag = false, int kDepth = 0>
 __device__ __forceinline__ void nvfp4_stream_xa(const Nvfp4Params& p) {
   using D = nvfp4::PairDecode<T>;
   constexpr int kSteps = K / kStepK, kSW = kSteps / KSPLIT;  // steps per warp
   constexpr int kRowB = K / 2, kRowS = K / 16;                // weight / scale bytes per row
   // 1 tile a warp (the model's small weights: a warp's whole k range is a few steps): every step's
   // weights in flight from the start, and the activations a whole step (4 words) ahead
-  constexpr int kD = NT == 1                     ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1)
+  constexpr int kD = kDepth > 0                  ? kDepth
+                     : NT == 1                     ? (kSW < kStreamDepth1 ? kSW : kStreamDepth1)
                      : KSPLIT == 4 && MT == 2 ? stream_depth_wide4<T>()
                      : KSPLIT == 8 && NT == 4 && MT == 2 ? stream_depth_wide8()
                                               : kStreamDepth;
