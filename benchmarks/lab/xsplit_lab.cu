@@ -142,8 +142,9 @@ void print_attrs() {
   g_policy_set.erase(reinterpret_cast<const void*>(fn));
   set_policy(fn);
   std::printf("  %s K %d ks %d nt %d MT %d stages %d depth %d: %d registers, %zu local bytes, %d CTAs of 4 groups "
-              "an SM, clusters at once %d / %d / %d (policy default / spread / load balancing)\n", kFp8 ? "fp8" : "nvfp4",
-              K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ, clusters[0], clusters[1], clusters[2]);
+              "an SM, clusters at once %d / %d / %d (policy default / spread / load balancing)\n",
+              kFp8 ? "fp8" : "nvfp4", K, KS, NT, MT, S, D, a.numRegs, a.localSizeBytes, occ, clusters[0], clusters[1],
+              clusters[2]);
 }
 
 // The data of one weight shape: `copies` weight copies (2x L2 in all), a copy of x per weight copy, fp32 y.
@@ -305,15 +306,18 @@ __global__ void __launch_bounds__(128, 3) nvfp4_depth_xaf_kernel(const Nvfp4Para
   nvfp4_stream_xa<bf16, K, 8, 4, 1, true, kDepth>(p);
 }
 
+// the depth kernels' dynamic shared memory: the cluster form's partials, 4 tiles x k split 8 x 16 x 8 floats
+// (stream_launch.cuh cluster_smem)
+constexpr size_t kDepthSmem = size_t(4) * 8 * 16 * 8 * sizeof(float);
+
 // p.m <= 8: the transposed body; else the copy into xfrag (K x 32 bytes at 2 groups), then
 // the x-as-A body on it
 template <int K, int kDepth>
 void launch_depth(const Nvfp4Params& p, void* xfrag, bool pdl, cudaStream_t st) {
   const int64_t tiles = p.n / 32;
-  const size_t smem = size_t(4) * 8 * 16 * 8 * sizeof(float);  // the cluster form's partials (cluster_smem)
   if (p.m <= 8) {
-    CK(launch_kernel_cluster(nvfp4_depth_t_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
-                             p));
+    CK(launch_kernel_cluster(nvfp4_depth_t_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), kDepthSmem, st,
+                             pdl, 2, p));
     return;
   }
   constexpr auto copy = stream::xfrag_kernel<uint16_t, stream::kXfragPairedA>;
@@ -322,8 +326,8 @@ void launch_depth(const Nvfp4Params& p, void* xfrag, bool pdl, cudaStream_t st) 
                    p.m, p.x_stride, p.k, 2, static_cast<uint4*>(xfrag)));
   Nvfp4Params q = p;
   q.x = xfrag;
-  CK(launch_kernel_cluster(nvfp4_depth_xaf_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), smem, st, pdl, 2,
-                           q));
+  CK(launch_kernel_cluster(nvfp4_depth_xaf_kernel<K, kDepth>, dim3(unsigned(tiles * 2)), dim3(128), kDepthSmem, st,
+                           pdl, 2, q));
 }
 
 template <int K, int kDepth>
@@ -333,7 +337,7 @@ void depth_attrs() {
     cudaFuncAttributes a{};
     CK(cudaFuncGetAttributes(&a, fn));
     int occ = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, 16384));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, 128, kDepthSmem));
     std::printf("  nvfp4 K %d ks 8 nt 4, %s, depth %d: %d registers, %zu local bytes, %d CTAs an SM\n", K,
                 body == 0 ? "1..8 rows (transposed)" : "9..16 rows (x-as-A, x copied)", kDepth, a.numRegs,
                 a.localSizeBytes, occ);
@@ -397,7 +401,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t l2 = size_t(prop.l2CacheSize);
-  for (int i = 1; i + 1 < argc; ++i)
+  for (int i = 1; i + 1 < argc; ++i)  // (--profile takes --policy too)
     if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
   if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
     const int m = std::atoi(argv[2]);
@@ -432,14 +436,13 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--rows") == 0) rows = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--n") == 0) ns = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--fp8-n") == 0) fp8ns = parse_list(argv[i + 1]);
-    if (std::strcmp(argv[i], "--policy") == 0) g_policy = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--groups") == 0) g_groups = parse_list(argv[i + 1]);
     if (std::strcmp(argv[i], "--depth") == 0) depth = argv[i + 1];
   }
   const double ceiling = lab::read_ceiling_GBps();
   std::printf("device %s, %d SMs, read ceiling %.0f GB/s; bf16 x, fp32 outputs; us per call, PDL on, cold weights "
-              "and x; xsplit cluster policy %d, min blocks %d\n", prop.name, prop.multiProcessorCount, ceiling, g_policy,
-              QWEN38_XSPLIT_MIN_BLOCKS);
+              "and x; xsplit cluster policy %d, min blocks %d\n", prop.name, prop.multiProcessorCount, ceiling,
+              g_policy, QWEN38_XSPLIT_MIN_BLOCKS);
   if (!depth.empty()) {
     if (depth.find("17408") != std::string::npos) run_depth<17408>(rows, ceiling, l2);
     if (depth.find("6144") != std::string::npos) run_depth<6144>(rows, ceiling, l2);
